@@ -1,0 +1,1 @@
+"""Evaluation harness (accuracy, pass@k, maj@k of checkpoints) and performance benchmarks."""

@@ -1,0 +1,302 @@
+"""Worker processes that run picklable calls with a hard wall-clock limit per call.
+
+Why processes and not ``signal.alarm``: an alarm only fires in the main thread, it
+cannot interrupt C code (SymPy's GMP calls, a regex) and it has silently zeroed
+rewards in other toolkits. Here the limit is enforced from OUTSIDE: the parent
+watches a deadline per call and, when it passes, kills the worker's whole process
+group (the worker and anything it started) with SIGKILL, reports ``timeout`` for
+that item, and starts a replacement worker. A worker that crashes (segfault,
+``os._exit``, out of memory) is reported as ``error`` for its item. Either way the
+call returns one outcome per item, in order.
+
+Workers are long-lived (started once, reused across batches) so each item costs a
+message round trip, not an interpreter start. The function to run is sent to a
+worker once and cached there by a content hash.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, Literal
+
+OutcomeStatus = Literal["ok", "timeout", "error"]
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """Result of one call: ``value`` when ``status == "ok"``, else ``message`` says why."""
+
+    status: OutcomeStatus
+    value: Any = None
+    message: str = ""
+    seconds: float = 0.0
+
+
+def _worker_main(conn: Connection) -> None:
+    """Loop of a worker process: receive functions and calls, send back outcomes."""
+    try:
+        os.setsid()  # own process group, so the parent can kill everything we start
+    except OSError:
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
+    functions: dict[str, Callable[..., Any]] = {}
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        kind = message[0]
+        if kind == "stop":
+            return
+        if kind == "function":
+            _, key, payload = message
+            try:
+                functions[key] = pickle.loads(payload)
+            except Exception:
+                functions[key] = _unloadable(traceback.format_exc(limit=3))
+            continue
+        _, index, key, args, kwargs = message
+        start = time.perf_counter()
+        try:
+            value = functions[key](*args, **kwargs)
+            reply = (index, "ok", value, "", time.perf_counter() - start)
+            payload = pickle.dumps(reply)
+        except BaseException as exc:  # report everything, including SystemExit from user code
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=6))
+            payload = pickle.dumps((index, "error", None, text[-4000:], time.perf_counter() - start))
+        try:
+            conn.send_bytes(payload)
+        except (BrokenPipeError, OSError):
+            return
+
+
+def _unloadable(message: str) -> Callable[..., Any]:
+    def fail(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError(f"the function could not be unpickled in the worker:\n{message}")
+
+    return fail
+
+
+class _Worker:
+    def __init__(self, ctx: mp.context.BaseContext) -> None:
+        parent, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="rewards-worker")
+        self.process.start()
+        child.close()
+        self.conn = parent
+        self.known_functions: set[str] = set()
+        self.index: int | None = None
+        self.deadline = 0.0
+        self.started_at = 0.0
+
+    def kill(self) -> None:
+        pid = self.process.pid
+        if pid is not None:
+            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                try:
+                    kill()
+                except (ProcessLookupError, PermissionError, OSError):
+                    pass
+        self.process.join(timeout=5)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(("stop",))
+        except (BrokenPipeError, OSError):
+            pass
+        self.process.join(timeout=1)
+        if self.process.is_alive():
+            self.kill()
+        else:
+            self.conn.close()
+
+
+class WorkerPool:
+    """A pool of worker processes running calls with a hard per-call time limit.
+
+    ``num_workers=0`` runs calls in the calling process with NO time limit (for
+    debugging with breakpoints); every other setting enforces the limit.
+    """
+
+    def __init__(self, num_workers: int | None = None, start_method: str | None = None) -> None:
+        if num_workers is None:
+            num_workers = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.num_workers = num_workers
+        # forkserver: workers are forked from a clean server process, never from a
+        # parent that holds torch threads or CUDA state.
+        method = start_method or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        self._ctx = mp.get_context(method)
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- public API -------------------------------------------------------------------------------
+    def map(
+        self,
+        fn: Callable[..., Any],
+        items: Sequence[tuple[Any, ...]],
+        timeout: float,
+        kwargs: Sequence[dict[str, Any]] | None = None,
+    ) -> list[CallOutcome]:
+        """Run ``fn(*items[i], **kwargs[i])`` for every ``i``; one outcome per item, in order.
+
+        ``timeout`` is the wall-clock limit of each call, in seconds, counted from the
+        moment a worker starts it.
+        """
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if kwargs is not None and len(kwargs) != len(items):
+            raise ValueError(f"got {len(items)} items but {len(kwargs)} kwargs")
+        if not items:
+            return []
+        if self._closed:
+            raise RuntimeError("this WorkerPool was closed")
+        kw = list(kwargs) if kwargs is not None else [{}] * len(items)
+        if self.num_workers == 0:
+            return [_call_inline(fn, args, k) for args, k in zip(items, kw)]
+        payload = pickle.dumps(fn)
+        key = hashlib.blake2b(payload, digest_size=16).hexdigest()
+        with self._lock:
+            return self._run(key, payload, list(items), kw, timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            for worker in self._workers:
+                worker.stop()
+            self._workers = []
+            self._closed = True
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- scheduling -------------------------------------------------------------------------------
+    def _run(
+        self, key: str, payload: bytes, items: list[tuple[Any, ...]], kw: list[dict[str, Any]], timeout: float
+    ) -> list[CallOutcome]:
+        while len(self._workers) < min(self.num_workers, len(items)):
+            self._workers.append(_Worker(self._ctx))
+        outcomes: list[CallOutcome | None] = [None] * len(items)
+        pending = deque(range(len(items)))
+        idle = deque(self._workers)
+        busy: dict[Connection, _Worker] = {}
+
+        def dispatch(worker: _Worker) -> None:
+            index = pending.popleft()
+            try:
+                if key not in worker.known_functions:
+                    worker.conn.send(("function", key, payload))
+                    worker.known_functions.add(key)
+                worker.conn.send(("call", index, key, items[index], kw[index]))
+            except (BrokenPipeError, OSError):
+                # The worker died between batches; replace it and retry this item.
+                pending.appendleft(index)
+                idle.append(self._replace(worker))
+                return
+            worker.index = index
+            worker.started_at = time.monotonic()
+            worker.deadline = worker.started_at + timeout
+            busy[worker.conn] = worker
+
+        while pending or busy:
+            while pending and idle:
+                dispatch(idle.popleft())
+            if not busy:
+                continue
+            now = time.monotonic()
+            wait_for = max(0.0, min(w.deadline for w in busy.values()) - now)
+            sentinels = {w.process.sentinel: w for w in busy.values()}
+            ready = wait([*busy.keys(), *sentinels.keys()], timeout=wait_for)
+            handled: set[int] = set()
+            for obj in ready:
+                worker = busy.get(obj) if isinstance(obj, Connection) else sentinels.get(obj)
+                if worker is None or id(worker) in handled:
+                    continue
+                handled.add(id(worker))
+                reply = _try_receive(worker.conn)
+                del busy[worker.conn]
+                index = worker.index
+                assert index is not None
+                if reply is not None:
+                    _, status, value, message, seconds = reply
+                    outcomes[index] = CallOutcome(status, value, message, seconds)
+                    idle.append(worker)
+                else:
+                    code = worker.process.exitcode
+                    outcomes[index] = CallOutcome(
+                        "error",
+                        message=f"the worker process died while running this item (exit code {code})",
+                        seconds=time.monotonic() - worker.started_at,
+                    )
+                    idle.append(self._replace(worker))
+            now = time.monotonic()
+            for conn, worker in list(busy.items()):
+                if now >= worker.deadline:
+                    del busy[conn]
+                    assert worker.index is not None
+                    outcomes[worker.index] = CallOutcome(
+                        "timeout", message=f"killed after {timeout:g}s", seconds=now - worker.started_at
+                    )
+                    idle.append(self._replace(worker))
+        return [o if o is not None else CallOutcome("error", message="lost") for o in outcomes]
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        worker.kill()
+        fresh = _Worker(self._ctx)
+        self._workers[self._workers.index(worker)] = fresh
+        return fresh
+
+
+def _try_receive(conn: Connection) -> tuple[Any, ...] | None:
+    try:
+        if not conn.poll():
+            return None
+        return pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError, pickle.UnpicklingError):
+        return None
+
+
+def _call_inline(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallOutcome:
+    start = time.perf_counter()
+    try:
+        return CallOutcome("ok", fn(*args, **kwargs), seconds=time.perf_counter() - start)
+    except Exception as exc:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=6))
+        return CallOutcome("error", message=text[-4000:], seconds=time.perf_counter() - start)
+
+
+_default_pool: WorkerPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> WorkerPool:
+    """The process-wide pool (one worker per available core), started on first use."""
+    global _default_pool
+    with _default_lock:
+        if _default_pool is None or _default_pool._closed:
+            _default_pool = WorkerPool()
+            atexit.register(_default_pool.close)
+        return _default_pool
+
+
+def run_with_timeout(fn: Callable[..., Any], *args: Any, timeout: float, pool: WorkerPool | None = None,
+                     **kwargs: Any) -> CallOutcome:
+    """Run one call in a worker with a hard wall-clock limit."""
+    return (pool or default_pool()).map(fn, [args], timeout, [kwargs])[0]
