@@ -1,0 +1,195 @@
+"""Policy models: any Hugging Face causal LM, or the built-in tiny model that needs no download.
+
+The tiny family is a small Llama- or Qwen2-style decoder with a character-level
+tokenizer built locally with the `tokenizers` library (one token per character,
+plus ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>``), wrapped as a
+``PreTrainedTokenizerFast`` with a chat template. It goes through exactly the same
+``AutoModelForCausalLM`` / ``save_pretrained`` / ``from_pretrained`` paths as a real
+model such as Qwen2.5-0.5B-Instruct, so a test on it exercises the real code.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TINY = "tiny"
+"""``ModelConfig.name_or_path`` value that selects the built-in tiny model."""
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>{{ message['content'] }}{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+CHARACTERS = string.printable.replace("\x0b", "").replace("\x0c", "").replace("\r", "")
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass
+class TinyModelConfig:
+    """Shape of the built-in tiny model (used when ``name_or_path == "tiny"``)."""
+
+    arch: str = "llama"
+    """Decoder family: ``llama`` or ``qwen2``."""
+    hidden_size: int = 128
+    """Width of the residual stream."""
+    num_layers: int = 4
+    """Number of decoder layers."""
+    num_heads: int = 4
+    """Attention heads (key/value heads are the same number)."""
+    intermediate_size: int = 512
+    """MLP hidden size."""
+    max_position_embeddings: int = 512
+    """Longest prompt + completion, in characters."""
+    init_seed: int = 0
+    """Seed of the random initialisation (independent of the run seed)."""
+
+
+@dataclass
+class ModelConfig:
+    """Which policy to train or evaluate."""
+
+    name_or_path: str = TINY
+    """Hugging Face model name, a local checkpoint folder, or ``tiny`` for the built-in model."""
+    dtype: str = "float32"
+    """Parameter dtype: float32, bfloat16 or float16."""
+    device: str = "auto"
+    """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1``..."""
+    trust_remote_code: bool = False
+    """Passed to ``from_pretrained``; only enable for models you trust."""
+    attn_implementation: str | None = "sdpa"
+    """Attention kernel for ``from_pretrained`` (``sdpa``, ``eager``, ``flash_attention_2``) or null for the default."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (saves memory, costs ~30% time)."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Shape of the tiny model; ignored for other models."""
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def build_char_tokenizer() -> Any:
+    """A character-level tokenizer built locally (no download), with a chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *CHARACTERS])}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def build_tiny_model(cfg: TinyModelConfig | None = None, tokenizer: Any | None = None) -> tuple[Any, Any]:
+    """Randomly initialised tiny Llama/Qwen2 decoder and its character tokenizer."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    cfg = cfg or TinyModelConfig()
+    tokenizer = tokenizer or build_char_tokenizer()
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    if cfg.arch == "llama":
+        config = LlamaConfig(**common)
+    elif cfg.arch == "qwen2":
+        config = Qwen2Config(**common)
+    else:
+        raise ValueError(f"unknown tiny model arch {cfg.arch!r}; expected 'llama' or 'qwen2'")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.init_seed)
+        model = AutoModelForCausalLM.from_config(config)
+    return model, tokenizer
+
+
+def load_model(cfg: ModelConfig) -> tuple[Any, Any]:
+    """The policy and its tokenizer, on ``cfg.device`` in ``cfg.dtype``."""
+    if cfg.name_or_path == TINY:
+        model, tokenizer = build_tiny_model(cfg.tiny)
+        model.to(device=resolve_device(cfg.device), dtype=resolve_dtype(cfg.dtype))
+    else:
+        model, tokenizer = load_pretrained(
+            cfg.name_or_path, device=cfg.device, dtype=cfg.dtype,
+            trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation,
+        )
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    return model, tokenizer
+
+
+def load_pretrained(
+    name_or_path: str,
+    device: str = "cpu",
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+) -> tuple[Any, Any]:
+    """``AutoModelForCausalLM`` + ``AutoTokenizer`` from a hub name or a checkpoint folder.
+
+    A local path that does not exist, or lacks a model, fails with a message saying
+    what was expected instead of a long hub-lookup traceback.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(name_or_path).expanduser()
+    looks_local = path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+    if looks_local:
+        if not path.is_dir():
+            raise FileNotFoundError(
+                f"model checkpoint folder {str(path)!r} does not exist; pass a folder written by "
+                "save_pretrained (e.g. <run>/checkpoint-<step>) or a Hugging Face model name"
+            )
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(
+                f"{str(path)!r} holds no config.json, so it is not a saved model; "
+                "checkpoints are the checkpoint-<step> subfolders of a run"
+            )
+    kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype), "trust_remote_code": trust_remote_code}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path) if looks_local else name_or_path, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise OSError(
+            f"could not load model {name_or_path!r}: {exc}\n"
+            "Offline machines need a local folder (or a populated HF cache); the built-in model is `tiny`."
+        ) from exc
+    tokenizer = AutoTokenizer.from_pretrained(str(path) if looks_local else name_or_path,
+                                              trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model.to(resolve_device(device))
+    return model, tokenizer

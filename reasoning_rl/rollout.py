@@ -1,0 +1,157 @@
+"""Rollout engines: sample completions for a batch of prompts.
+
+An engine turns ``prompts`` into ``n`` completions each. Training and evaluation
+use the same engines. This module holds the Hugging Face ``generate`` backend (any
+causal LM, CPU or GPU); a vLLM backend plugs in behind the same ``generate``
+signature (see :func:`make_engine`).
+
+Completions keep their token ids as sampled, so the trainer scores exactly the
+tokens the policy produced (re-tokenising decoded text can change them). A
+completion that ended with EOS keeps the EOS token: the policy learns to stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import torch
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are sampled."""
+
+    temperature: float = 1.0
+    """Softmax temperature; also used to scale logits when computing training log-probs."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 = off)."""
+    top_k: int = 0
+    """Keep only the k most likely tokens (0 = off)."""
+    max_new_tokens: int = 256
+    """Longest completion, in tokens; longer ones are cut and marked ``finish_reason="length"``."""
+    do_sample: bool = True
+    """False = greedy decoding (temperature, top_p, top_k ignored)."""
+    stop: list[str] = field(default_factory=list)
+    """Extra stop strings: the completion is cut before the first one (EOS always stops)."""
+
+
+@dataclass
+class Completion:
+    """One sampled completion."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    prompt_token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+class RolloutEngine(Protocol):
+    def generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingConfig, seed: int | None = None
+    ) -> list[list[Completion]]: ...
+
+
+class HFEngine:
+    """Batched sampling with ``model.generate`` (left padding, KV cache)."""
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token (e.g. to the EOS token)")
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingConfig, seed: int | None = None
+    ) -> list[list[Completion]]:
+        """``n`` completions for each prompt, grouped per prompt, in prompt order."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if seed is not None:
+            torch.manual_seed(seed)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            flat: list[Completion] = []
+            # Repeat each prompt n times so one padded batch holds whole groups.
+            expanded = [p for p in prompts for _ in range(n)]
+            for start in range(0, len(expanded), self.batch_size):
+                flat.extend(self._generate_batch(expanded[start:start + self.batch_size], sampling))
+        finally:
+            self.model.train(was_training)
+        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def _generate_batch(self, prompts: list[str], sampling: SamplingConfig) -> list[Completion]:
+        tok = self.tokenizer
+        device = next(self.model.parameters()).device
+        enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False,
+                  padding_side="left").to(device)
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=sampling.max_new_tokens,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            do_sample=sampling.do_sample,
+        )
+        if sampling.do_sample:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        out = self.model.generate(**enc, **kwargs)
+        new_tokens = out[:, enc["input_ids"].shape[1]:].tolist()
+        prompt_ids = [row[mask.bool()].tolist() for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
+        return [self._finish(ids, sampling, p) for ids, p in zip(new_tokens, prompt_ids)]
+
+    def _finish(self, ids: list[int], sampling: SamplingConfig, prompt_ids: list[int]) -> Completion:
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        if eos in ids:
+            ids, reason = ids[: ids.index(eos) + 1], "stop"
+        else:
+            if pad is not None and pad != eos:
+                ids = [t for t in ids if t != pad]
+            reason = "length"
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if sampling.stop:
+            ids, text, stopped = _cut_at_stop(ids, text, sampling.stop, self.tokenizer)
+            reason = "stop" if stopped else reason
+        return Completion(text=text, token_ids=ids, finish_reason=reason, prompt_token_ids=prompt_ids)
+
+
+def _cut_at_stop(ids: list[int], text: str, stops: list[str], tokenizer: Any) -> tuple[list[int], str, bool]:
+    """Cut the completion before the first stop string; token ids are cut at the
+    shortest prefix whose decoding contains it (the stop string's tokens are kept,
+    like an EOS, so the policy is trained to emit it)."""
+    positions = [text.find(s) for s in stops if s and s in text]
+    if not positions:
+        return ids, text, False
+    cut = min(positions)
+    for k in range(1, len(ids) + 1):
+        decoded = tokenizer.decode(ids[:k], skip_special_tokens=True)
+        if len(decoded) > cut and any(s in decoded for s in stops):
+            return ids[:k], text[:cut], True
+    return ids, text[:cut], True
+
+
+def make_engine(backend: str, model: Any, tokenizer: Any, **options: Any) -> RolloutEngine:
+    """Build a rollout engine by name: ``hf`` (always available) or ``vllm`` (optional extra)."""
+    if backend == "hf":
+        return HFEngine(model, tokenizer, **options)
+    if backend == "vllm":
+        try:
+            import vllm  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(
+                "rollout backend 'vllm' needs the vllm package: pip install 'reasoning-rl[vllm]' on a CUDA machine"
+            ) from exc
+        raise NotImplementedError("the vLLM rollout backend is planned; use rollout.backend=hf for now")
+    raise ValueError(f"unknown rollout backend {backend!r}; expected 'hf' or 'vllm'")

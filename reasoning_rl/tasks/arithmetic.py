@@ -1,0 +1,56 @@
+"""A synthetic arithmetic task ("What is 7 * 8?") that needs no download.
+
+Problems are the full grid ``a <op> b`` for ``a, b`` in ``[0, max_operand]``; each
+problem is assigned for good to the ``train`` or ``test`` split by a hash of its
+text, so held-out evaluation never sees a training problem, whatever the seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+OPERATIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+def problem_split(question: str, test_fraction: float) -> str:
+    """``test`` for a stable ``test_fraction`` of questions (by hash), else ``train``."""
+    bucket = int(hashlib.sha256(question.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "test" if bucket < test_fraction else "train"
+
+
+def make_arithmetic_dataset(
+    num_examples: int,
+    seed: int,
+    split: str,
+    max_operand: int = 20,
+    operations: str = "+-*",
+    test_fraction: float = 0.2,
+) -> list[dict]:
+    """``num_examples`` problems from ``split`` (``train``/``test``), sampled with ``seed``.
+
+    Each row: ``id``, ``question`` ("What is 7 * 8?"), ``answer`` ("56"). When the
+    split holds fewer problems than asked, it is cycled in a new random order.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"arithmetic split must be 'train' or 'test', got {split!r}")
+    unknown = set(operations) - set(OPERATIONS)
+    if unknown or not operations:
+        raise ValueError(f"unknown arithmetic operations {sorted(unknown)}; choose from {''.join(OPERATIONS)}")
+    pool = []
+    for op in operations:
+        for a in range(max_operand + 1):
+            for b in range(max_operand + 1):
+                question = f"What is {a} {op} {b}?"
+                if problem_split(question, test_fraction) == split:
+                    pool.append((question, str(OPERATIONS[op](a, b))))
+    if not pool:
+        raise ValueError(f"the arithmetic {split} split is empty; raise max_operand or test_fraction")
+    rng = random.Random(seed)
+    rows: list[dict] = []
+    while len(rows) < num_examples:
+        order = pool[:]
+        rng.shuffle(order)
+        for question, answer in order[: num_examples - len(rows)]:
+            rows.append({"id": f"arith-{split}-{len(rows)}", "question": question, "answer": answer})
+    return rows
