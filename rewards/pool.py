@@ -28,6 +28,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing import util as mp_util
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
@@ -92,8 +93,12 @@ def _unloadable(message: str) -> Callable[..., Any]:
 class _Worker:
     def __init__(self, ctx: mp.context.BaseContext) -> None:
         parent, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="rewards-worker")
+        # Not daemonic: a worker may start processes of its own (the math verifier runs
+        # SymPy in a pool inside it), which daemonic processes may not. The finalizer
+        # kills the worker at interpreter exit instead, before multiprocessing joins it.
+        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=False, name="rewards-worker")
         self.process.start()
+        mp_util.Finalize(self, _kill_if_alive, args=(self.process,), exitpriority=100)
         child.close()
         self.conn = parent
         self.known_functions: set[str] = set()
@@ -122,6 +127,17 @@ class _Worker:
             self.kill()
         else:
             self.conn.close()
+
+
+def _kill_if_alive(process: mp.process.BaseProcess) -> None:
+    """Kill a worker (and its process group) that is still running at exit."""
+    if process.pid is not None and process.is_alive():
+        for kill in (lambda: os.killpg(process.pid, signal.SIGKILL), lambda: os.kill(process.pid, signal.SIGKILL)):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+        process.join(timeout=5)
 
 
 class WorkerPool:
