@@ -1,0 +1,71 @@
+"""A hard time limit for SymPy, enforced from outside by killing a worker process.
+
+SymPy can run for minutes (or forever) on adversarial input, and ``signal.alarm``
+is not an option (main thread only; it cannot interrupt C code). So every SymPy
+comparison runs in a :class:`rewards.pool.WorkerPool` owned by this module: one
+worker, started on first use in the *calling* process and reused afterwards. When a
+call passes its limit, the pool kills the worker (and its process group) and starts
+a fresh one.
+
+This works both in a plain process and inside a ``score_batch`` worker (the math
+verifier then owns a small pool of its own inside that worker). Keep the SymPy limit
+below the batch's per-item timeout, so a hung comparison is killed here (and
+reported as this verifier's ``timeout``) before the batch kills the whole item.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.util
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from rewards.pool import CallOutcome, WorkerPool
+
+_pools: dict[int, WorkerPool] = {}  # by process id: a forked child must not reuse its parent's pool
+_lock = threading.Lock()
+
+
+def sympy_pool() -> WorkerPool:
+    """This process's SymPy pool (one worker), started on first use."""
+    pid = os.getpid()
+    with _lock:
+        pool = _pools.get(pid)
+        if pool is None or pool._closed:
+            pool = WorkerPool(num_workers=1)
+            _pools[pid] = pool
+            # Runs at interpreter exit in the main process AND in pool workers (where
+            # atexit hooks do not run), before multiprocessing joins child processes.
+            multiprocessing.util.Finalize(pool, pool.close, exitpriority=10)
+        return pool
+
+
+def run_limited(fn: Callable[..., Any], *args: Any, timeout: float) -> CallOutcome:
+    """``fn(*args)`` in the SymPy worker, killed after ``timeout`` seconds."""
+    return sympy_pool().map(_in_worker, [(fn, args)], timeout)[0]
+
+
+def _in_worker(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    _die_with_parent()
+    return fn(*args)
+
+
+_parent_watch_set = False
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this worker when its parent dies, so a worker stuck
+    in SymPy does not outlive a verifier process that was itself killed."""
+    global _parent_watch_set
+    if _parent_watch_set:
+        return
+    _parent_watch_set = True
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the worker exits when its pipe closes instead
