@@ -251,7 +251,7 @@ def _is_bare_answer(text: str) -> bool:
     if len(text) > 300:
         return False
     outside = _MATH_RE.sub(" ", text)
-    outside = re.sub(r"\\[a-zA-Z]+(?:\{[^{}]*\})?", " ", outside)
+    outside = re.sub(r"\\[a-zA-Z]+(?:\{[^{}]*\})*", " ", outside)
     words = [w for w in _WORD_RE.findall(outside) if len(w) > 1 and w.lower() not in _UNIT_WORDS]
     return not words
 
