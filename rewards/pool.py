@@ -17,18 +17,20 @@ worker once and cached there by a content hash.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
-import multiprocessing as mp
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 import time
 import traceback
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing import util as mp_util
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
@@ -45,22 +47,21 @@ class CallOutcome:
     seconds: float = 0.0
 
 
-def _worker_main(conn: Connection) -> None:
+def _worker_main(inbox: Connection, outbox: Connection) -> None:
     """Loop of a worker process: receive functions and calls, send back outcomes."""
-    try:
-        os.setsid()  # own process group, so the parent can kill everything we start
-    except OSError:
-        pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
     functions: dict[str, Callable[..., Any]] = {}
     while True:
         try:
-            message = conn.recv()
+            message = inbox.recv()
         except (EOFError, OSError):
             return
         kind = message[0]
         if kind == "stop":
             return
+        if kind == "sys_path":
+            sys.path[:] = [p for p in message[1] if p] + [p for p in sys.path if p not in message[1]]
+            continue
         if kind == "function":
             _, key, payload = message
             try:
@@ -78,7 +79,7 @@ def _worker_main(conn: Connection) -> None:
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=6))
             payload = pickle.dumps((index, "error", None, text[-4000:], time.perf_counter() - start))
         try:
-            conn.send_bytes(payload)
+            outbox.send_bytes(payload)
         except (BrokenPipeError, OSError):
             return
 
@@ -91,53 +92,61 @@ def _unloadable(message: str) -> Callable[..., Any]:
 
 
 class _Worker:
-    def __init__(self, ctx: mp.context.BaseContext) -> None:
-        parent, child = ctx.Pipe(duplex=True)
-        # Not daemonic: a worker may start processes of its own (the math verifier runs
-        # SymPy in a pool inside it), which daemonic processes may not. The finalizer
-        # kills the worker at interpreter exit instead, before multiprocessing joins it.
-        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=False, name="rewards-worker")
-        self.process.start()
-        mp_util.Finalize(self, _kill_if_alive, args=(self.process,), exitpriority=100)
-        child.close()
-        self.conn = parent
+    """One worker: a fresh interpreter (``python -m rewards._worker``) in its own session.
+
+    A plain subprocess rather than ``multiprocessing.Process``: spawn/forkserver would
+    re-import the user's ``__main__`` script in every worker (re-running an unguarded
+    training script), and fork would copy a parent holding torch threads and models.
+    Messages travel over two private pipes, so a verifier that prints cannot corrupt them.
+    """
+
+    def __init__(self) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "rewards._worker", str(to_child_r), str(from_child_w)],
+            pass_fds=(to_child_r, from_child_w),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # own process group: killing it kills what the verifier started
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.outbox = Connection(to_child_w, readable=False)
+        self.conn = Connection(from_child_r, writable=False)
+        self.outbox.send(("sys_path", list(sys.path)))
         self.known_functions: set[str] = set()
         self.index: int | None = None
         self.deadline = 0.0
         self.started_at = 0.0
 
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.outbox.send(message)
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.poll()
+
     def kill(self) -> None:
-        pid = self.process.pid
-        if pid is not None:
-            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-                try:
-                    kill()
-                except (ProcessLookupError, PermissionError, OSError):
-                    pass
-        self.process.join(timeout=5)
-        self.conn.close()
+        for kill in (lambda: os.killpg(self.process.pid, signal.SIGKILL), self.process.kill):
+            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+        self._close_pipes()
 
     def stop(self) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.outbox.send(("stop",))
         try:
-            self.conn.send(("stop",))
-        except (BrokenPipeError, OSError):
-            pass
-        self.process.join(timeout=1)
-        if self.process.is_alive():
+            self.process.wait(timeout=1)
+            self._close_pipes()
+        except subprocess.TimeoutExpired:
             self.kill()
-        else:
-            self.conn.close()
 
-
-def _kill_if_alive(process: mp.process.BaseProcess) -> None:
-    """Kill a worker (and its process group) that is still running at exit."""
-    if process.pid is not None and process.is_alive():
-        for kill in (lambda: os.killpg(process.pid, signal.SIGKILL), lambda: os.kill(process.pid, signal.SIGKILL)):
-            try:
-                kill()
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
-        process.join(timeout=5)
+    def _close_pipes(self) -> None:
+        for c in (self.outbox, self.conn):
+            with contextlib.suppress(OSError):
+                c.close()
 
 
 class WorkerPool:
@@ -147,19 +156,17 @@ class WorkerPool:
     debugging with breakpoints); every other setting enforces the limit.
     """
 
-    def __init__(self, num_workers: int | None = None, start_method: str | None = None) -> None:
+    def __init__(self, num_workers: int | None = None) -> None:
         if num_workers is None:
             num_workers = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         self.num_workers = num_workers
-        # forkserver: workers are forked from a clean server process, never from a
-        # parent that holds torch threads or CUDA state.
-        method = start_method or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-        self._ctx = mp.get_context(method)
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
+        # Kill the workers at interpreter exit or garbage collection even if close() is never called.
+        self._finalizer = weakref.finalize(self, _kill_all, self._workers)
 
     # -- public API -------------------------------------------------------------------------------
     def map(
@@ -194,7 +201,7 @@ class WorkerPool:
         with self._lock:
             for worker in self._workers:
                 worker.stop()
-            self._workers = []
+            self._workers.clear()
             self._closed = True
 
     def __enter__(self) -> WorkerPool:
@@ -208,7 +215,7 @@ class WorkerPool:
         self, key: str, payload: bytes, items: list[tuple[Any, ...]], kw: list[dict[str, Any]], timeout: float
     ) -> list[CallOutcome]:
         while len(self._workers) < min(self.num_workers, len(items)):
-            self._workers.append(_Worker(self._ctx))
+            self._workers.append(_Worker())
         outcomes: list[CallOutcome | None] = [None] * len(items)
         pending = deque(range(len(items)))
         idle = deque(self._workers)
@@ -218,9 +225,9 @@ class WorkerPool:
             index = pending.popleft()
             try:
                 if key not in worker.known_functions:
-                    worker.conn.send(("function", key, payload))
+                    worker.send(("function", key, payload))
                     worker.known_functions.add(key)
-                worker.conn.send(("call", index, key, items[index], kw[index]))
+                worker.send(("call", index, key, items[index], kw[index]))
             except (BrokenPipeError, OSError):
                 # The worker died between batches; replace it and retry this item.
                 pending.appendleft(index)
@@ -238,14 +245,10 @@ class WorkerPool:
                 continue
             now = time.monotonic()
             wait_for = max(0.0, min(w.deadline for w in busy.values()) - now)
-            sentinels = {w.process.sentinel: w for w in busy.values()}
-            ready = wait([*busy.keys(), *sentinels.keys()], timeout=wait_for)
-            handled: set[int] = set()
+            # A dead worker's pipe reads as EOF, so waiting on the pipes also sees crashes.
+            ready = wait(list(busy.keys()), timeout=wait_for)
             for obj in ready:
-                worker = busy.get(obj) if isinstance(obj, Connection) else sentinels.get(obj)
-                if worker is None or id(worker) in handled:
-                    continue
-                handled.add(id(worker))
+                worker = busy[obj]
                 reply = _try_receive(worker.conn)
                 del busy[worker.conn]
                 index = worker.index
@@ -255,7 +258,7 @@ class WorkerPool:
                     outcomes[index] = CallOutcome(status, value, message, seconds)
                     idle.append(worker)
                 else:
-                    code = worker.process.exitcode
+                    code = _wait_exit(worker)
                     outcomes[index] = CallOutcome(
                         "error",
                         message=f"the worker process died while running this item (exit code {code})",
@@ -275,9 +278,21 @@ class WorkerPool:
 
     def _replace(self, worker: _Worker) -> _Worker:
         worker.kill()
-        fresh = _Worker(self._ctx)
+        fresh = _Worker()
         self._workers[self._workers.index(worker)] = fresh
         return fresh
+
+
+def _kill_all(workers: list[_Worker]) -> None:
+    for worker in workers:
+        worker.kill()
+
+
+def _wait_exit(worker: _Worker) -> int | None:
+    try:
+        return worker.process.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _try_receive(conn: Connection) -> tuple[Any, ...] | None:
@@ -316,3 +331,4 @@ def run_with_timeout(fn: Callable[..., Any], *args: Any, timeout: float, pool: W
                      **kwargs: Any) -> CallOutcome:
     """Run one call in a worker with a hard wall-clock limit."""
     return (pool or default_pool()).map(fn, [args], timeout, [kwargs])[0]
+
