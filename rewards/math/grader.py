@@ -44,6 +44,8 @@ class GraderConfig:
     """Wall-clock seconds for one SymPy comparison; the worker is killed after it."""
     numeric_points: int = 5
     """Random points at which expressions with free symbols must agree."""
+    max_sympy_chars: int = 2000
+    """Answers longer than this (gold + prediction) are not sent to SymPy: not equal."""
     cache_size: int = 65536
     """Entries in the (gold, pred) result cache of this process (set when first used)."""
 
@@ -86,6 +88,8 @@ def structure_match(pair: _Pair, config: GraderConfig) -> Verdict:
 def sympy_match(pair: _Pair, config: GraderConfig) -> Verdict:
     if not config.use_sympy or pair.pred_node is None:
         return False
+    if len(pair.gold) + len(pair.pred) > config.max_sympy_chars:
+        return False  # no real answer is this long; do not feed SymPy a parse bomb
     from rewards.math.symbolic import compare_with_sympy  # imports SymPy only in the worker
 
     outcome = run_limited(
