@@ -8,14 +8,17 @@ call passes its limit, the pool kills the worker (and its process group) and sta
 a fresh one.
 
 This works both in a plain process and inside a ``score_batch`` worker (the math
-verifier then owns a small pool of its own inside that worker). Keep the SymPy limit
-below the batch's per-item timeout, so a hung comparison is killed here (and
-reported as this verifier's ``timeout``) before the batch kills the whole item.
+verifier then owns a small pool of its own inside that worker; reward workers are
+plain, non-daemonic subprocesses, so they may start one). Keep the SymPy limit below
+the batch's per-item timeout, so a hung comparison is killed here (and reported as
+this verifier's ``timeout``) before the batch kills the whole item. If the batch does
+kill the item's worker, the SymPy worker below it dies too (``PR_SET_PDEATHSIG`` on
+Linux; elsewhere it exits when its pipe closes, once its current call returns).
 """
 
 from __future__ import annotations
 
-import multiprocessing.util
+import atexit
 import os
 import threading
 from collections.abc import Callable
@@ -35,9 +38,7 @@ def sympy_pool() -> WorkerPool:
         if pool is None or pool._closed:
             pool = WorkerPool(num_workers=1)
             _pools[pid] = pool
-            # Runs at interpreter exit in the main process AND in pool workers (where
-            # atexit hooks do not run), before multiprocessing joins child processes.
-            multiprocessing.util.Finalize(pool, pool.close, exitpriority=10)
+            atexit.register(pool.close)  # a graceful stop; the pool also kills its worker if GC'd
         return pool
 
 
