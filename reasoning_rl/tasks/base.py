@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rewards.compose import RewardSpec
-
 from reasoning_rl.tasks.arithmetic import make_arithmetic_dataset
+from rewards.compose import RewardSpec
 
 
 @dataclass

@@ -1,0 +1,107 @@
+"""Atomic checkpoints: Hugging Face model + tokenizer, plus everything needed to resume.
+
+Layout of a run folder::
+
+    <run>/checkpoint-<step>/   model (save_pretrained), tokenizer, trainer_state.pt
+    <run>/reference/           the frozen reference policy (only when beta > 0)
+
+A checkpoint is written to ``<run>/.checkpoint-<step>.tmp`` and renamed into place
+only once complete, so a run killed mid-write never leaves a half checkpoint
+that ``resume`` would pick up.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+STATE_FILE = "trainer_state.pt"
+
+
+def atomic_directory_write(final: Path, write: Callable[[Path], None]) -> Path:
+    """Run ``write(tmp_dir)`` then rename ``tmp_dir`` to ``final`` (replacing an old one)."""
+    final = Path(final)
+    tmp = final.parent / f".{final.name}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    if final.exists():
+        old = final.parent / f".{final.name}.old"
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
+    return final
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a text file via a temporary file and ``os.replace``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any],
+                    keep: int | None = None) -> Path:
+    """Write ``checkpoint-<step>`` atomically; keep only the ``keep`` newest."""
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
+
+    path = atomic_directory_write(Path(run_dir) / f"checkpoint-{step}", write)
+    if keep is not None and keep > 0:
+        for old in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old)
+    return path
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in run_dir.iterdir() if p.is_dir() and (m := CHECKPOINT_RE.match(p.name))]
+    return [p for _, p in sorted(found) if (p / STATE_FILE).exists()]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    ckpts = list_checkpoints(run_dir)
+    return ckpts[-1] if ckpts else None
+
+
+def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    path = Path(checkpoint) / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{str(path)!r} is missing: {str(checkpoint)!r} is not a complete training checkpoint")
+    return torch.load(path, weights_only=False)
