@@ -45,6 +45,9 @@ class Comparer:
     def leaf(self, gold: str, pred: str) -> Verdict:
         if compact(gold) == compact(pred):
             return True
+        g_base, p_base = _base_literal(gold), _base_literal(pred)
+        if g_base is not None or p_base is not None:
+            return g_base == p_base  # `204_5`: digits and base must both match
         g, p = parse_number(gold), parse_number(pred)
         if g is not None and p is not None:
             return numbers_equal(g, p, self.float_rel_tol)
@@ -261,6 +264,17 @@ def _all(verdicts: object) -> Verdict:
         if v is None:
             unknown = True
     return None if unknown else True
+
+
+_BASE_RE = re.compile(r"^\s*([+-]?[0-9A-Za-z.]+)\s*_\s*\{?\s*(\d+)\s*\}?\s*$")
+
+
+def _base_literal(s: str) -> tuple[str, int] | None:
+    """``1112112_3`` -> ``("1112112", 3)``: a numeral in another base (SymPy would drop the base)."""
+    m = _BASE_RE.match(s)
+    if m is None or not any(ch.isdigit() for ch in m.group(1)):
+        return None
+    return m.group(1).upper(), int(m.group(2))
 
 
 def _is_words(s: str) -> bool:

@@ -313,7 +313,7 @@ def _bracketed(s: str, depth: int) -> Node | None:
     if len(parts) == 1:
         parts = split_top(inner, ";")  # (0; -2; 6): a tuple written with semicolons
     if len(parts) == 1:
-        if re.fullmatch(r"[A-Z]", inner.strip()):  # a multiple-choice letter "(C)"
+        if s[0] == "(" and s[-1] == ")" and re.fullmatch(r"[A-Z]", inner.strip()):  # a choice "(C)"
             return Leaf(inner.strip())
         return _parse(inner, depth + 1) if s[0] == "(" and s[-1] == ")" else None
     if len(parts) == 2 and (s[0] == "[" or s[-1] == "]"):

@@ -112,7 +112,10 @@ def _defined(obj: Any) -> Any:
     try:
         if obj.has(sympy.zoo, sympy.nan):
             return None
-    except AttributeError:
+        # `\frac{1}{0}` parses unevaluated, as 1 * 0**-1
+        if any(p.base == 0 and p.exp.is_negative for p in obj.atoms(sympy.Pow)):
+            return None
+    except (AttributeError, TypeError):
         pass
     return obj
 
@@ -265,8 +268,10 @@ def _mp_close(a: Any, b: Any, tol: float) -> bool | None:
 
     try:
         x, y = sympy.N(a, _DIGITS), sympy.N(b, _DIGITS)
-        if not (x.is_number and y.is_number) or x.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
-            return bool(x == y) if x.is_number and y.is_number else None
+        if not (x.is_number and y.is_number):
+            return None
+        if any(v.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo) for v in (x, y)):
+            return bool(x == y) and not x.has(sympy.zoo, sympy.nan)  # oo = oo; zoo, nan equal nothing
         diff = abs(sympy.N(x - y, _DIGITS))
         scale = max(abs(x), abs(y))
         if scale == 0:

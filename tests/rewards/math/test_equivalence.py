@@ -56,6 +56,8 @@ SYMBOLIC = [
     (r"4", r"4\sqrt{2}", False),
     ("f(x)", "f(y)", False),
     ("10", r"(9+1)", True),
+    (r"\frac{\sqrt{3}}{9}", r"\frac{\sqrt{3}}{0}", False),  # a division by zero equals nothing
+    (r"\infty", r"-\infty", False),
     ("1 - \\frac{1}{e}", "1 - \\frac{1}{\\mathrm{e}}", True),
 ]
 
@@ -126,11 +128,15 @@ TEXT_AND_FORMAT = [
     (r"\frac{1}{3}", r"\dfrac{1}{3}", True),
     (r"\text{(C)}", r"\text{C}", True),    # multiple choice
     ("C", "(C)", True),
+    ("(C)", "[C)", False),
     ("d", r"\text{E}", False),
     (r"\text{Evelyn}", r"\boxed{\text{Evelyn}}", True),  # names
     ("Evelyn", "Briana", False),
     (r"\text{odd}", "Odd", True),
     ("12:00", "1:00", False),
+    ("204_5", "204_{5}", True),             # numerals in another base: digits and base must match
+    ("204_5", "204_6", False),
+    ("1112112_3", "1112122_3", False),
     (r"\$16,\!386.20", "16386.20", True),   # currency
 ]
 
