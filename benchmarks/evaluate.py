@@ -1,0 +1,314 @@
+"""Evaluate one (model or samples file, benchmark) pair: generate, score, aggregate, write.
+
+The loop reads top to bottom: get completions (from a rollout engine, or from a
+samples file), score them with the benchmark's verifier in worker processes with
+a hard time limit, compute the metrics, write ``results.json``.
+
+Work is cached per problem in ``problems.jsonl`` next to the results: a problem
+whose completions were made with the same generation settings is not generated
+again, and one whose completions were scored by the same verifier (same
+benchmark version and options) is not scored again. The cache is rewritten
+atomically after every chunk, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from benchmarks.data import Problem
+from benchmarks.definitions import BenchmarkSpec
+from benchmarks.io import read_jsonl, write_json, write_jsonl
+from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k
+
+RESULTS_FILE = "results.json"
+CACHE_FILE = "problems.jsonl"
+CORRECT_AT = 1.0 - 1e-9
+"""A sample counts as correct when the verifier scored it ``ok`` with score >= 1."""
+
+
+def settings_key(obj: Any) -> str:
+    """Short stable hash of a JSON-able object (the cache key of a group of settings)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class CompletionSource:
+    """Where completions come from: a rollout engine or a samples file."""
+
+    key: str
+    """Identifies the generation settings; cached completions with another key are redone."""
+
+    def completions(self, problems: Sequence[Problem], start_index: int) -> list[list[str]]:
+        raise NotImplementedError
+
+
+@dataclass
+class EngineSource(CompletionSource):
+    """Completions sampled by a rollout engine (``engine.generate(prompts, n, sampling, seed)``)."""
+
+    engine: Any
+    sampling: Any
+    n: int
+    build_prompt: Callable[[Problem], str]
+    seed: int | None = 0
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Everything that shapes a completion (model, sampling, prompt format); hashed into ``key``."""
+
+    def __post_init__(self) -> None:
+        self.key = settings_key(self.settings)
+
+    def completions(self, problems: Sequence[Problem], start_index: int) -> list[list[str]]:
+        prompts = [self.build_prompt(p) for p in problems]
+        # Seeded by position so a chunk gives the same samples whatever ran before it.
+        seed = None if self.seed is None else self.seed + start_index
+        groups = self.engine.generate(prompts, self.n, self.sampling, seed=seed)
+        return [[c.text for c in group] for group in groups]
+
+
+@dataclass
+class SamplesSource(CompletionSource):
+    """Completions read from a samples file, grouped by ``task_id``."""
+
+    by_task: dict[str, list[str]]
+
+    def __post_init__(self) -> None:
+        self.key = "samples"
+
+    def completions(self, problems: Sequence[Problem], start_index: int) -> list[list[str]]:
+        return [self.by_task[p.task_id] for p in problems]
+
+
+def read_samples(path: str | Path, problems: Sequence[Problem]) -> SamplesSource:
+    """Group a samples JSONL (``task_id`` + ``completion``, or ``completions`` as a list) by problem.
+
+    Every problem needs at least one sample, and every sample must belong to a
+    problem of the benchmark: a mismatch usually means the wrong benchmark or file.
+    """
+    by_task: dict[str, list[str]] = {}
+    for i, rec in enumerate(read_jsonl(path)):
+        if "task_id" not in rec or ("completion" not in rec and "completions" not in rec):
+            raise ValueError(f"{path}: line {i + 1} needs 'task_id' and 'completion' (got keys {sorted(rec)})")
+        texts = rec["completions"] if "completions" in rec else [rec["completion"]]
+        by_task.setdefault(str(rec["task_id"]), []).extend(str(t) for t in texts)
+    wanted = {p.task_id for p in problems}
+    missing = [p.task_id for p in problems if p.task_id not in by_task]
+    if missing:
+        raise ValueError(f"{path}: no sample for {len(missing)} of {len(problems)} problems "
+                         f"(e.g. {missing[:3]}); write one line per problem or pass limit=")
+    extra = [t for t in by_task if t not in wanted]
+    if extra and len(extra) == len(by_task):
+        raise ValueError(f"{path}: none of its task_ids (e.g. {extra[:3]}) belongs to this benchmark")
+    return SamplesSource({t: texts for t, texts in by_task.items() if t in wanted})
+
+
+@dataclass
+class ScoringSettings:
+    verifier: Any
+    """The verifier object (from ``rewards.get_verifier``)."""
+    key_data: dict[str, Any]
+    """Benchmark version, verifier name and options: hashed into the score cache key."""
+    timeout: float = 10.0
+    pool: Any = None
+    chunk_size: int = 256
+
+
+def _verdict(result: Any) -> dict[str, Any]:
+    info = {k: (v if isinstance(v, (int, float, bool)) or v is None else str(v)[:500])
+            for k, v in dict(result.info).items() if k != "traceback"}
+    return {"score": result.score, "status": result.status, "info": info}
+
+
+def evaluate(
+    spec: BenchmarkSpec,
+    problems: Sequence[Problem],
+    source: CompletionSource,
+    scoring: ScoringSettings,
+    out_dir: str | Path,
+    *,
+    k_values: Sequence[int] = (1,),
+    generation_chunk: int = 32,
+    overwrite: bool = False,
+    header: dict[str, Any] | None = None,
+    answer_equivalence: Callable[[list[tuple[str, str]]], set[tuple[str, str]]] | None = None,
+    show_progress: bool = True,
+) -> dict[str, Any]:
+    """Generate (or read), score and aggregate; write and return the results dict.
+
+    ``header`` (model, config, dataset record) is copied into the results.
+    ``answer_equivalence`` maps pairs of extracted answers to the set of pairs the
+    verifier calls equal, so maj@k merges ``0.5`` and ``\\frac12``.
+    """
+    out_dir = Path(out_dir)
+    cache_path = out_dir / CACHE_FILE
+    cache: dict[str, dict[str, Any]] = {}
+    if cache_path.exists() and not overwrite:
+        cache = {r["task_id"]: r for r in read_jsonl(cache_path)}
+    score_base = settings_key(scoring.key_data)
+    # Per-problem keys: a changed prompt or reference redoes that problem only.
+    gen_keys = {p.task_id: settings_key([source.key, p.prompt]) for p in problems}
+    score_keys = {p.task_id: settings_key([score_base, p.reference, p.fields]) for p in problems}
+    timing = {"generate_s": 0.0, "score_s": 0.0}
+
+    def save() -> None:
+        write_jsonl(cache_path, [cache[p.task_id] for p in problems if p.task_id in cache])
+
+    # 1. Completions: reuse those made with the same settings, generate the rest.
+    todo = [i for i, p in enumerate(problems)
+            if cache.get(p.task_id, {}).get("gen_key") != gen_keys[p.task_id] or isinstance(source, SamplesSource)]
+    start = time.perf_counter()
+    with tqdm(total=len(todo), desc=f"{spec.name}: generate", unit="problem", disable=not show_progress) as bar:
+        for c in range(0, len(todo), generation_chunk):
+            chunk = todo[c:c + generation_chunk]
+            texts = source.completions([problems[i] for i in chunk], chunk[0])
+            for i, group in zip(chunk, texts):
+                p = problems[i]
+                old = cache.get(p.task_id, {})
+                record = {"task_id": p.task_id, "gen_key": gen_keys[p.task_id], "completions": list(group)}
+                if old.get("completions") == record["completions"] and "verdicts" in old:
+                    record.update(score_key=old.get("score_key"), verdicts=old["verdicts"])
+                cache[p.task_id] = record
+            if not isinstance(source, SamplesSource):
+                save()
+            bar.update(len(chunk))
+    timing["generate_s"] = time.perf_counter() - start
+
+    # 2. Scores: every sample of a problem whose verdicts are missing or stale.
+    items = [(p, j) for p in problems if cache[p.task_id].get("score_key") != score_keys[p.task_id]
+             for j in range(len(cache[p.task_id]["completions"]))]
+    start = time.perf_counter()
+    from rewards import score_batch
+
+    pending: dict[str, list[Any]] = {}
+    with tqdm(total=len(items), desc=f"{spec.name}: score", unit="sample", disable=not show_progress) as bar:
+        for c in range(0, len(items), scoring.chunk_size):
+            chunk = items[c:c + scoring.chunk_size]
+            batch = score_batch(
+                scoring.verifier,
+                [cache[p.task_id]["completions"][j] for p, j in chunk],
+                [p.reference for p, _ in chunk],
+                [p.fields for p, _ in chunk],
+                timeout=scoring.timeout,
+                pool=scoring.pool,
+            )
+            for (p, j), result in zip(chunk, batch.results):
+                verdicts = pending.setdefault(p.task_id, [None] * len(cache[p.task_id]["completions"]))
+                verdicts[j] = _verdict(result)
+                if all(v is not None for v in verdicts):
+                    cache[p.task_id].update(score_key=score_keys[p.task_id], verdicts=verdicts)
+                    del pending[p.task_id]
+            save()
+            bar.update(len(chunk))
+    timing["score_s"] = time.perf_counter() - start
+    save()
+
+    records = [cache[p.task_id] for p in problems]
+    equal_pairs: set[tuple[str, str]] = set()
+    if "maj@k" in spec.metrics and answer_equivalence is not None:
+        equal_pairs = answer_equivalence(_distinct_answer_pairs(records, max(k_values)))
+    results = {
+        **(header or {}),
+        "benchmark": {"name": spec.name, "version": spec.version, "description": spec.description},
+        "verifier": {"name": spec.verifier.name, "options": spec.verifier.options},
+        "metrics": compute_metrics(spec, problems, records, k_values, equal_pairs),
+        "timing": timing,
+        "problems": [
+            {"task_id": p.task_id, "reference": p.reference, **({"meta": p.meta} if p.meta else {}),
+             "correct": [_is_correct(v) for v in r["verdicts"]],
+             "scores": [v["score"] for v in r["verdicts"]],
+             "statuses": [v["status"] for v in r["verdicts"]],
+             "answers": [_answer(v) for v in r["verdicts"]]}
+            for p, r in zip(problems, records)
+        ],
+    }
+    write_json(out_dir / RESULTS_FILE, results)
+    return results
+
+
+def _is_correct(verdict: dict[str, Any]) -> bool:
+    return verdict["status"] == "ok" and verdict["score"] is not None and verdict["score"] >= CORRECT_AT
+
+
+ANSWER_KEYS = ("pred", "extracted", "answer", "prediction")
+"""``info`` keys a verifier may use for the answer it extracted (used by maj@k)."""
+
+
+def _answer(verdict: dict[str, Any]) -> str | None:
+    info = verdict.get("info") or {}
+    for key in ANSWER_KEYS:
+        if info.get(key) not in (None, ""):
+            return str(info[key]).strip()
+    return None
+
+
+def _distinct_answer_pairs(records: Sequence[dict[str, Any]], k: int, cap: int = 12) -> list[tuple[str, str]]:
+    """Unordered pairs of distinct extracted answers within each problem's first ``k`` samples.
+
+    Problems with more than ``cap`` distinct answers keep only their ``cap`` most
+    frequent ones, bounding the number of verifier calls at ``cap * (cap - 1) / 2``.
+    """
+    pairs: set[tuple[str, str]] = set()
+    for r in records:
+        counts = Counter(a for a in (_answer(v) for v in r["verdicts"][:k]) if a is not None)
+        distinct = [a for a, _ in counts.most_common(cap)]
+        pairs.update((a, b) for i, a in enumerate(distinct) for b in distinct[i + 1:])
+    return sorted(pairs)
+
+
+def compute_metrics(spec: BenchmarkSpec, problems: Sequence[Problem], records: Sequence[dict[str, Any]],
+                    k_values: Sequence[int], equal_pairs: set[tuple[str, str]] = frozenset()) -> dict[str, Any]:
+    """Benchmark metrics from per-problem verdicts.
+
+    * ``accuracy``: mean over problems of ``c_i / n_i`` (pass@1 estimated from all samples).
+    * ``pass@k``: mean of the unbiased per-problem estimate ``1 - C(n-c, k) / C(n, k)``,
+      for every ``k <= min_i n_i``.
+    * ``maj@k``: mean of the per-problem majority-vote verdict over the first ``k`` samples.
+    * ``counts``: verifier statuses over all samples; non-``ok`` samples count as
+      incorrect in the metrics above and are reported here, never hidden.
+    * ``breakdown``: accuracy per value of each ``spec.breakdown`` field.
+    """
+    correct = [[_is_correct(v) for v in r["verdicts"]] for r in records]
+    n_min = min((len(c) for c in correct), default=0)
+    per_problem_acc = [sum(c) / len(c) for c in correct]
+    metrics: dict[str, Any] = {"accuracy": mean_and_stderr(per_problem_acc).as_dict()}
+    ks = sorted({k for k in k_values if 1 <= k <= n_min})
+    if "pass@k" in spec.metrics:
+        for k in ks:
+            metrics[f"pass@{k}"] = mean_and_stderr([pass_at_k(len(c), sum(c), k) for c in correct]).as_dict()
+    if "maj@k" in spec.metrics:
+
+        def equivalent(a: str, b: str) -> bool:
+            return (a, b) in equal_pairs or (b, a) in equal_pairs
+
+        for k in ks:
+            values = [maj_at_k([_answer(v) for v in r["verdicts"]], c, k, equivalent)
+                      for r, c in zip(records, correct)]
+            metrics[f"maj@{k}"] = mean_and_stderr(values).as_dict()
+    statuses = Counter(v["status"] for r in records for v in r["verdicts"])
+    metrics["counts"] = {"problems": len(records), "samples": sum(len(c) for c in correct),
+                         "correct": sum(sum(c) for c in correct),
+                         **{s: statuses.get(s, 0) for s in ("ok", "unscorable", "timeout", "error")}}
+    if spec.breakdown:
+        metrics["breakdown"] = {}
+        for col in spec.breakdown:
+            groups: dict[str, list[float]] = {}
+            for p, acc in zip(problems, per_problem_acc):
+                groups.setdefault(str(p.meta[col]), []).append(acc)
+            metrics["breakdown"][col] = {g: mean_and_stderr(v).as_dict() for g, v in sorted(groups.items())}
+    return metrics
+
+
+def format_metric(m: dict[str, Any]) -> str:
+    """``"45.20 ± 2.23"`` (percent, standard error) for a metric dict."""
+    if m["num_problems"] == 0 or math.isnan(m["value"]):
+        return "n/a"
+    err = "" if math.isnan(m["stderr"]) else f" ± {100 * m['stderr']:.2f}"
+    return f"{100 * m['value']:.2f}{err}"

@@ -1,0 +1,72 @@
+"""Generation backends for evaluation: the toolkit's HF rollout engine, or vLLM when asked for.
+
+Both expose ``generate(prompts, n, sampling, seed) -> list[list[Completion]]``
+(the :class:`reasoning_rl.rollout.RolloutEngine` protocol), so the evaluation
+loop does not know which one runs. vLLM is imported only when ``backend=vllm``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from reasoning_rl.rollout import Completion, SamplingConfig
+
+
+def sampling_config(temperature: float, top_p: float, top_k: int, max_new_tokens: int,
+                    stop: Sequence[str] = ()) -> SamplingConfig:
+    """The toolkit's sampling settings; ``temperature=0`` means greedy decoding."""
+    greedy = temperature <= 0
+    return SamplingConfig(temperature=1.0 if greedy else temperature, top_p=top_p, top_k=top_k,
+                          max_new_tokens=max_new_tokens, do_sample=not greedy, stop=list(stop))
+
+
+class VLLMEngine:
+    """vLLM offline engine behind the rollout-engine ``generate`` signature."""
+
+    def __init__(self, name_or_path: str, dtype: str = "auto", seed: int = 0, **llm_options: Any) -> None:
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise ImportError(
+                "backend=vllm needs the vllm package, which is not installed: "
+                "pip install 'reasoning-rl[vllm]' on a CUDA machine, or use backend=hf"
+            ) from exc
+        self.llm = LLM(model=name_or_path, dtype=dtype, seed=seed, **llm_options)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
+                 seed: int | None = None) -> list[list[Completion]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            n=n,
+            temperature=sampling.temperature if sampling.do_sample else 0.0,
+            top_p=sampling.top_p if sampling.do_sample else 1.0,
+            top_k=(sampling.top_k or -1) if sampling.do_sample else -1,
+            max_tokens=sampling.max_new_tokens,
+            stop=list(sampling.stop) or None,
+            seed=seed,
+        )
+        outputs = self.llm.generate(list(prompts), params, use_tqdm=False)
+        return [
+            [Completion(text=o.text, token_ids=list(o.token_ids),
+                        finish_reason="length" if o.finish_reason == "length" else "stop")
+             for o in out.outputs]
+            for out in outputs
+        ]
+
+
+def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "float32",
+                batch_size: int = 16, seed: int = 0) -> tuple[Any, Any]:
+    """``(engine, tokenizer)`` for ``model`` (checkpoint folder or hub name) on ``backend``."""
+    if backend == "hf":
+        from reasoning_rl.models import load_pretrained, resolve_device
+        from reasoning_rl.rollout import HFEngine
+
+        model_obj, tokenizer = load_pretrained(model, device=str(resolve_device(device)), dtype=dtype)
+        return HFEngine(model_obj, tokenizer, batch_size=batch_size), tokenizer
+    if backend == "vllm":
+        engine = VLLMEngine(model, dtype="auto" if dtype == "float32" else dtype, seed=seed)
+        return engine, engine.tokenizer
+    raise ValueError(f"unknown generation backend {backend!r}; expected 'hf' or 'vllm'")

@@ -1,0 +1,272 @@
+"""What ``reasoning-rl-eval`` does with a validated :class:`EvalConfig`.
+
+Four modes, picked by which key is set: ``write_reference_samples`` (write each
+benchmark's reference and corrupted samples), ``samples`` (score a file of
+completions, no model), ``model`` (generate with one model), ``run_dir`` (every
+checkpoint of a training run, then a table and a plot against step). Every
+evaluation writes ``<output_dir>/<model>/<benchmark>/results.json`` and the
+folder's ``summary.md`` is rebuilt from all the result files under it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.config import EvalConfig
+from benchmarks.data import Problem, load_problems
+from benchmarks.definitions import BenchmarkSpec, get_benchmark, list_benchmarks
+from benchmarks.evaluate import (
+    RESULTS_FILE,
+    EngineSource,
+    ScoringSettings,
+    evaluate,
+    format_metric,
+    read_samples,
+)
+from benchmarks.io import atomic_write_text
+
+
+class CodeExecutionNotAllowed(RuntimeError):
+    """A code benchmark was asked for without ``allow_code_execution=true``."""
+
+
+def benchmark_names(value: str) -> list[str]:
+    """``"gsm8k,math500"`` -> ``["gsm8k", "math500"]``; ``"all"`` -> every shipped benchmark."""
+    names = [n.strip() for n in str(value).split(",") if n.strip()]
+    if names == ["all"]:
+        return list_benchmarks()
+    if not names:
+        raise ValueError(f"benchmark= is empty; choose from {', '.join(list_benchmarks())}")
+    return names
+
+
+def check_code_execution(specs: Sequence[BenchmarkSpec], allowed: bool) -> None:
+    """Refuse code benchmarks unless the user opted in: they run programs a model wrote."""
+    code = [s.name for s in specs if s.requires_code_execution]
+    if code and not allowed:
+        raise CodeExecutionNotAllowed(
+            f"benchmark(s) {', '.join(code)} execute model-written Python programs (in the code verifier's "
+            "sandbox, see docs/code_sandbox.md for what it isolates and what it does not). "
+            "Re-run with allow_code_execution=true to accept that."
+        )
+
+
+def slug(text: str) -> str:
+    """A folder name for a model or samples file: ``Qwen/Qwen2.5-0.5B`` -> ``Qwen--Qwen2.5-0.5B``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", text.strip("/")).strip("-") or "model"
+
+
+def model_slug(model: str) -> str:
+    """Checkpoint folders are named ``<run>--checkpoint-<step>``; hub names keep their owner."""
+    path = Path(model).expanduser()
+    if path.exists():
+        path = path.resolve()
+        return slug(f"{path.parent.name}/{path.name}") if path.name.startswith("checkpoint-") else slug(path.name)
+    return slug(model)
+
+
+def make_verifier(spec: BenchmarkSpec, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The benchmark's verifier and the data that identifies its scores (the score cache key)."""
+    import rewards
+
+    options = {**spec.verifier.options, **overrides}
+    verifier = rewards.get_verifier(spec.verifier.name, **options)
+    key = {"benchmark": spec.key, "verifier": spec.verifier.name, "options": options,
+           "fields": spec.verifier.fields}
+    return verifier, key
+
+
+def make_equivalence(verifier: Any, timeout: float, pool: Any) -> Callable[[list[tuple[str, str]]], set]:
+    """Pairs of extracted answers -> those the verifier calls equal (``\\boxed{b}`` scored against ``a``)."""
+
+    def equivalence(pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        if not pairs:
+            return set()
+        from rewards import score_batch
+
+        batch = score_batch(verifier, [f"\\boxed{{{b}}}" for _, b in pairs], [a for a, _ in pairs],
+                            timeout=timeout, pool=pool)
+        return {pair for pair, r in zip(pairs, batch.results) if r.status == "ok" and (r.score or 0) >= 1.0}
+
+    return equivalence
+
+
+class Evaluator:
+    """Holds what is shared between the benchmarks and checkpoints of one invocation."""
+
+    def __init__(self, cfg: EvalConfig) -> None:
+        self.cfg = cfg
+        self.pool = None
+        if cfg.score_workers is not None:
+            from rewards import WorkerPool
+
+            self.pool = WorkerPool(cfg.score_workers)
+        self._problems: dict[str, tuple[list[Problem], dict[str, Any]]] = {}
+
+    def problems(self, spec: BenchmarkSpec) -> tuple[list[Problem], dict[str, Any]]:
+        if spec.name not in self._problems:
+            self._problems[spec.name] = load_problems(spec, self.cfg.data_dir, self.cfg.data_files, self.cfg.split,
+                                                      self.cfg.limit)
+        return self._problems[spec.name]
+
+    def header(self, model: dict[str, Any], dataset: dict[str, Any]) -> dict[str, Any]:
+        import reasoning_rl
+
+        return {"model": model, "dataset": dataset, "config": dataclasses.asdict(self.cfg),
+                "reasoning_rl_version": reasoning_rl.__version__}
+
+    def scoring(self, spec: BenchmarkSpec) -> tuple[ScoringSettings, Callable | None]:
+        verifier, key = make_verifier(spec, dict(self.cfg.verifier_options))
+        timeout = self.cfg.score_timeout or spec.score_timeout
+        settings = ScoringSettings(verifier=verifier, key_data=key, timeout=timeout, pool=self.pool)
+        equivalence = make_equivalence(verifier, timeout, self.pool) if self.cfg.maj_equivalence else None
+        return settings, equivalence
+
+    def run_samples(self, spec: BenchmarkSpec, samples: str) -> dict[str, Any]:
+        problems, dataset = self.problems(spec)
+        scoring, equivalence = self.scoring(spec)
+        out = Path(self.cfg.output_dir) / slug(f"samples--{Path(samples).stem}") / spec.name
+        return evaluate(spec, problems, read_samples(samples, problems), scoring, out, k_values=self.cfg.k,
+                        overwrite=self.cfg.overwrite, answer_equivalence=equivalence,
+                        header=self.header({"samples": str(Path(samples).resolve())}, dataset),
+                        show_progress=self.cfg.progress)
+
+    def run_model(self, spec: BenchmarkSpec, engine: Any, tokenizer: Any, model: str, out: Path,
+                  step: int | None = None) -> dict[str, Any]:
+        from benchmarks.generation import sampling_config
+        from benchmarks.prompts import build_prompt, fewshot_pairs
+
+        cfg = self.cfg
+        problems, dataset = self.problems(spec)
+        scoring, equivalence = self.scoring(spec)
+        shots = fewshot_pairs(spec, cfg.num_fewshot, cfg.data_dir)
+        use_chat = bool(getattr(tokenizer, "chat_template", None)) if cfg.chat_template is None else cfg.chat_template
+        sampling = sampling_config(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens, spec.stop)
+        settings = {"model": str(model), "benchmark": spec.key, "n": cfg.n, "sampling": dataclasses.asdict(sampling),
+                    "chat_template": use_chat, "system_prompt": cfg.system_prompt, "num_fewshot": cfg.num_fewshot,
+                    "seed": cfg.seed, "backend": cfg.backend}
+        source = EngineSource(
+            engine=engine, sampling=sampling, n=cfg.n, seed=cfg.seed, settings=settings,
+            build_prompt=lambda p: build_prompt(p.prompt, shots, tokenizer, use_chat, cfg.system_prompt),
+        )
+        model_info = {"name_or_path": str(model), "step": step, "generation": settings}
+        return evaluate(spec, problems, source, scoring, out, k_values=cfg.k, generation_chunk=cfg.generation_chunk,
+                        overwrite=cfg.overwrite, answer_equivalence=equivalence,
+                        header=self.header(model_info, dataset), show_progress=cfg.progress)
+
+
+def run(cfg: EvalConfig) -> list[dict[str, Any]]:
+    """Run the invocation described by ``cfg``; return the results dicts (empty when only writing samples)."""
+    modes = [k for k in ("model_name_or_path", "samples", "run_dir", "write_reference_samples") if getattr(cfg, k)]
+    if len(modes) != 1:
+        raise ValueError(
+            "say what to evaluate with exactly one of model=<checkpoint or HF name>, samples=<file.jsonl>, "
+            f"run_dir=<training run folder> or write_reference_samples=<folder>; got {modes or 'none'}"
+        )
+    specs = [get_benchmark(n) for n in benchmark_names(cfg.benchmark)]
+    if cfg.data_files and len(specs) > 1:
+        raise ValueError("data_files= names one file, so it needs a single benchmark; use data_dir= for several")
+    bad_k = [k for k in cfg.k if k > cfg.n] if not cfg.samples else []
+    if bad_k:
+        raise ValueError(f"k={bad_k} needs n >= k samples per problem, but n={cfg.n}")
+    evaluator = Evaluator(cfg)
+
+    if cfg.write_reference_samples:
+        from benchmarks.samples import write_reference_samples
+
+        for spec in specs:
+            problems, _ = evaluator.problems(spec)
+            for path in write_reference_samples(spec, problems, cfg.write_reference_samples):
+                print(f"wrote {path} ({len(problems)} problems)")
+        return []
+
+    check_code_execution(specs, cfg.allow_code_execution)
+    results: list[dict[str, Any]] = []
+    if cfg.samples:
+        if len(specs) > 1:
+            raise ValueError("a samples file belongs to one benchmark; pass a single benchmark= with samples=")
+        results.append(evaluator.run_samples(specs[0], cfg.samples))
+    elif cfg.model_name_or_path:
+        from benchmarks.generation import load_engine
+
+        engine, tokenizer = load_engine(cfg.backend, cfg.model_name_or_path, cfg.device, cfg.dtype, cfg.batch_size, cfg.seed)
+        out = Path(cfg.output_dir) / model_slug(cfg.model_name_or_path)
+        results += [evaluator.run_model(spec, engine, tokenizer, cfg.model_name_or_path, out / spec.name) for spec in specs]
+    else:
+        results += run_sweep(evaluator, specs)
+    for r in results:
+        print(result_line(r))
+    summary = write_summary(cfg.output_dir)
+    print(f"summary: {summary}")
+    return results
+
+
+def run_sweep(evaluator: Evaluator, specs: Sequence[BenchmarkSpec]) -> list[dict[str, Any]]:
+    """Evaluate every checkpoint of ``cfg.run_dir`` on every benchmark; write sweep tables and plots."""
+    from benchmarks.generation import load_engine
+    from benchmarks.sweep import find_checkpoints, write_sweep
+
+    cfg = evaluator.cfg
+    run_dir = Path(cfg.run_dir).expanduser().resolve()
+    out = Path(cfg.output_dir) / slug(run_dir.name)
+    rows: dict[str, list[dict[str, Any]]] = {s.name: [] for s in specs}
+    results = []
+    for step, folder in find_checkpoints(run_dir):
+        engine, tokenizer = load_engine(cfg.backend, str(folder), cfg.device, cfg.dtype, cfg.batch_size, cfg.seed)
+        for spec in specs:
+            r = evaluator.run_model(spec, engine, tokenizer, str(folder), out / folder.name / spec.name, step=step)
+            rows[spec.name].append({"step": step, "checkpoint": folder.name, "metrics": r["metrics"]})
+            results.append(r)
+        del engine
+    for spec in specs:
+        paths = write_sweep(out, spec.name, rows[spec.name])
+        print(f"sweep {spec.name}: {paths['table']} {paths['plot']}")
+        print(Path(paths["table"]).read_text())
+    return results
+
+
+def model_label(r: dict[str, Any]) -> str:
+    model = r.get("model", {})
+    if "samples" in model:
+        return f"samples:{Path(model['samples']).name}"
+    return str(model.get("name_or_path", "?"))
+
+
+def result_line(r: dict[str, Any]) -> str:
+    """One printed line per result: benchmark, model, correct/samples, accuracy and the other metrics."""
+    m = r["metrics"]
+    c = m["counts"]
+    extra = ", ".join(f"{name} {format_metric(v)}" for name, v in m.items()
+                      if name not in ("accuracy", "counts", "breakdown"))
+    failures = ", ".join(f"{s}={c[s]}" for s in ("unscorable", "timeout", "error") if c[s])
+    return (f"{r['benchmark']['name']} v{r['benchmark']['version']} | {model_label(r)} | "
+            f"{c['correct']}/{c['samples']} correct on {c['problems']} problems | accuracy {format_metric(m['accuracy'])}%"
+            + (f" | {extra}" if extra else "") + (f" | not scored: {failures}" if failures else ""))
+
+
+def write_summary(output_dir: str | Path) -> Path:
+    """Rebuild ``<output_dir>/summary.md``: one row per results.json found under the folder."""
+    import json
+
+    output_dir = Path(output_dir)
+    rows = []
+    for path in sorted(output_dir.glob(f"**/{RESULTS_FILE}")):
+        r = json.loads(path.read_text(encoding="utf-8"))
+        m = r["metrics"]
+        others = "; ".join(f"{k} {format_metric(v)}" for k, v in m.items() if k not in ("accuracy", "counts", "breakdown"))
+        c = m["counts"]
+        not_scored = c["unscorable"] + c["timeout"] + c["error"]
+        rows.append(f"| {model_label(r)} | {r['model'].get('step') if r['model'].get('step') is not None else ''} | "
+                    f"{r['benchmark']['name']} v{r['benchmark']['version']} | {c['problems']} | {c['samples']} | "
+                    f"{format_metric(m['accuracy'])} | {others} | {not_scored} | {path.parent.relative_to(output_dir)} |")
+    text = ("# Evaluation summary\n\nScores in percent ± standard error over problems.\n\n"
+            "| model | step | benchmark | problems | samples | accuracy | other metrics | not scored | folder |\n"
+            "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |\n" + "\n".join(rows) + "\n")
+    path = output_dir / "summary.md"
+    atomic_write_text(path, text)
+    return path
+

@@ -1,0 +1,173 @@
+"""The evaluation loop: generation through a rollout engine, caching and resume, errors, sweeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from benchmarks.config import EvalConfig
+from benchmarks.data import DatasetFieldError, load_problems
+from benchmarks.definitions import BenchmarkNotFoundError, get_benchmark, list_benchmarks, parse_spec
+from benchmarks.evaluate import EngineSource, ScoringSettings, evaluate
+from benchmarks.extractors import gsm8k_final, integer, last_boxed
+from benchmarks.generation import sampling_config
+from benchmarks.prompts import build_prompt, fewshot_pairs
+from benchmarks.runner import run
+
+ARITHMETIC = get_benchmark("arithmetic")
+
+
+def engine_source(engine, n: int = 1) -> EngineSource:
+    return EngineSource(engine=engine, sampling=sampling_config(0.0, 1.0, 0, 8), n=n,
+                        build_prompt=lambda p: p.prompt, settings={"fake": True, "n": n})
+
+
+def test_every_shipped_benchmark_is_listed() -> None:
+    assert list_benchmarks() == ["aime24", "arithmetic", "gsm8k", "humaneval", "math", "math500", "mbpp",
+                                 "mbpp_sanitized"]
+
+
+def test_unknown_benchmark_suggests_close_names() -> None:
+    with pytest.raises(BenchmarkNotFoundError, match=r"Did you mean 'gsm8k'.*Known benchmarks: aime24"):
+        get_benchmark("gsm8")
+
+
+def test_unknown_definition_key_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['promt'\]"):
+        parse_spec({"name": "x", "version": 1, "description": "", "source": {}, "prompt_template": "",
+                    "answer_field": "a", "verifier": {"name": "math"}, "promt": "typo"})
+
+
+@pytest.mark.parametrize(
+    ("extract", "field", "expected"),
+    [
+        (last_boxed, "so $\\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}"),
+        (last_boxed, "\\boxed{1} then \\boxed{{2}^{3}}", "{2}^{3}"),
+        (gsm8k_final, "She pays 3 * 4 = <<3*4=12>>12\n#### 1,200", "1200"),
+        (integer, "025", "25"),
+    ],
+)
+def test_reference_extractors(extract, field: str, expected: str) -> None:
+    assert extract(field) == expected
+
+
+def test_missing_field_names_the_row_and_the_field(tmp_path: Path) -> None:
+    data = tmp_path / "broken.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "#### 2"}\n{"question": "2+2?"}\n')
+    with pytest.raises(DatasetFieldError, match=r"gsm8k row 1 \(id 'gsm8k/1'\): missing field 'answer'"):
+        load_problems(get_benchmark("gsm8k"), data_files=str(data))
+    with pytest.raises(DatasetFieldError, match=r"row 0.*needs field 'question'"):
+        data.write_text('{"problem": "1+1?", "answer": "#### 2"}\n')
+        load_problems(get_benchmark("gsm8k"), data_files=str(data))
+
+
+def test_generation_caching_and_resume(tmp_path: Path, fake_engine, exact_match, inline_pool) -> None:
+    problems, _ = load_problems(ARITHMETIC, limit=6)
+    # The fake model answers the first 3 right, the rest "0" (wrong unless the answer is 0).
+    answers = {p.prompt: [f"{p.reference}" if i < 3 else "0"] for i, p in enumerate(problems)}
+    engine = fake_engine(answers)
+    scoring = ScoringSettings(verifier=exact_match, key_data={"v": 1}, pool=inline_pool)
+
+    first = evaluate(ARITHMETIC, problems[:4], engine_source(engine), scoring, tmp_path, show_progress=False)
+    assert len(engine.prompts) == 4 and exact_match.calls == 4
+    assert first["metrics"]["counts"]["correct"] == 3 + sum(p.reference == "0" for p in problems[3:4])
+
+    # Same settings, two more problems: only those two are generated and scored.
+    evaluate(ARITHMETIC, problems, engine_source(engine), scoring, tmp_path, show_progress=False)
+    assert len(engine.prompts) == 6 and exact_match.calls == 6
+    # Everything cached: nothing is generated or scored again.
+    again = evaluate(ARITHMETIC, problems, engine_source(engine), scoring, tmp_path, show_progress=False)
+    assert len(engine.prompts) == 6 and exact_match.calls == 6
+    assert [p["correct"] for p in again["problems"]][:3] == [[True]] * 3
+    # A new verifier setting rescoring everything, but generates nothing.
+    rescored = ScoringSettings(verifier=exact_match, key_data={"v": 2}, pool=inline_pool)
+    evaluate(ARITHMETIC, problems, engine_source(engine), rescored, tmp_path, show_progress=False)
+    assert len(engine.prompts) == 6 and exact_match.calls == 12
+    # overwrite=True redoes both.
+    evaluate(ARITHMETIC, problems, engine_source(engine), rescored, tmp_path, overwrite=True, show_progress=False)
+    assert len(engine.prompts) == 12 and exact_match.calls == 18
+
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["benchmark"] == {"name": "arithmetic", "version": 1, "description": ARITHMETIC.description}
+    assert not list(tmp_path.glob(".*.tmp")), "atomic writes leave no temporary files"
+
+
+def test_pass_at_k_and_maj_at_k_from_samples(tmp_path: Path, fake_engine, exact_match, inline_pool) -> None:
+    problems, _ = load_problems(ARITHMETIC, limit=2)
+    a, b = problems
+    wrong_a, wrong_b = str(int(a.reference) + 1), str(int(b.reference) + 1)
+    # problem a: samples right, wrong, wrong, wrong -> c=1 of n=4; majority (first 4) is wrong
+    # problem b: samples wrong, right, right, wrong -> c=2 of n=4; first 3 vote right 2:1
+    engine = fake_engine({a.prompt: [a.reference, wrong_a, wrong_a, wrong_a],
+                          b.prompt: [wrong_b, b.reference, b.reference, wrong_b]})
+    scoring = ScoringSettings(verifier=exact_match, key_data={}, pool=inline_pool)
+    m = evaluate(ARITHMETIC, problems, engine_source(engine, n=4), scoring, tmp_path, k_values=[1, 2, 3],
+                 show_progress=False)["metrics"]
+    # accuracy: (1/4 + 2/4) / 2 = 0.375
+    assert m["accuracy"]["value"] == pytest.approx(0.375)
+    # pass@2: a: 1 - C(3,2)/C(4,2) = 1 - 3/6 = 0.5; b: 1 - C(2,2)/C(4,2) = 1 - 1/6 = 5/6; mean 2/3
+    assert m["pass@2"]["value"] == pytest.approx((0.5 + 5 / 6) / 2)
+    # maj@3: a votes wrong (first 3: right, wrong, wrong); b votes right (wrong, right, right): 1/2
+    assert m["maj@3"]["value"] == pytest.approx(0.5)
+    # maj@1 is the first sample: a right, b wrong
+    assert m["maj@1"]["value"] == pytest.approx(0.5)
+
+
+def test_prompts_fewshot_and_chat_template(shared_data_dir: Path) -> None:
+    spec = get_benchmark("gsm8k")
+    shots = fewshot_pairs(spec, 2, str(shared_data_dir))
+    assert len(shots) == 2 and shots[0][1].rstrip().endswith("#### 72")
+    raw = build_prompt("Q?", shots)
+    assert raw.startswith(shots[0][0]) and raw.endswith("\n\nQ?")
+
+    class ChatTokenizer:
+        chat_template = "set"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            assert not tokenize and add_generation_prompt
+            return " | ".join(f"{m['role']}: {m['content'][:3]}" for m in messages)
+
+    assert build_prompt("Q?", shots[:1], ChatTokenizer(), chat_template=True, system_prompt="Sys") == \
+        f"system: Sys | user: {shots[0][0][:3]} | assistant: {shots[0][1][:3]} | user: Q?"
+    with pytest.raises(ValueError, match="no few-shot examples"):
+        fewshot_pairs(get_benchmark("aime24"), 1)
+
+
+def test_exactly_one_thing_to_evaluate(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="exactly one of model="):
+        run(EvalConfig(benchmark="gsm8k", output_dir=str(tmp_path)))
+
+
+def test_shipped_config_composes_with_the_schema() -> None:
+    from hydra import compose, initialize_config_module
+
+    from benchmarks.cli import model_alias
+    from benchmarks.config import register_configs
+
+    register_configs()
+    overrides = model_alias(["benchmark=gsm8k", "model=/ckpt/checkpoint-10", "limit=20", "k=[1,4]", "n=4"])
+    with initialize_config_module(config_module="reasoning_rl.conf", version_base="1.3"):
+        cfg = compose(config_name="eval", overrides=overrides)
+    config = OmegaConf.to_object(cfg)
+    assert isinstance(config, EvalConfig)
+    assert (config.model_name_or_path, config.limit, config.k, config.n) == ("/ckpt/checkpoint-10", 20, [1, 4], 4)
+    with initialize_config_module(config_module="reasoning_rl.conf", version_base="1.3"), \
+            pytest.raises(Exception, match="limit"):
+        compose(config_name="eval", overrides=["benchmark=gsm8k", "limit=abc"])
+
+
+def test_checkpoint_sweep_writes_table_and_plot(tiny_run: Path, tmp_path: Path, has_math_verifier) -> None:
+    if not has_math_verifier:
+        pytest.skip("the math verifier (rewards.math) is not available yet")
+    results = run(EvalConfig(benchmark="arithmetic", run_dir=str(tiny_run), limit=3, max_new_tokens=4,
+                             device="cpu", output_dir=str(tmp_path), progress=False))
+    assert [r["model"]["step"] for r in results] == [5, 10]
+    out = tmp_path / tiny_run.name
+    table = (out / "sweep_arithmetic.md").read_text()
+    assert "| 5 | checkpoint-5 |" in table and "| 10 | checkpoint-10 |" in table
+    assert (out / "sweep_arithmetic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "checkpoint-10" / "arithmetic" / "results.json").exists()
+    assert "arithmetic v1" in (tmp_path / "summary.md").read_text()
