@@ -68,7 +68,7 @@ STRICT_PRED = PredExtraction(strict=True)
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*(\{|\s)")
 _TAGS_RE = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
-_PHRASE_RE = re.compile(r"(?:final\s+answer|the\s+answer)(?:\s+is|\s*:)+\s*:?", re.IGNORECASE)
+_PHRASE_RE = re.compile(r"\banswer\b[*_\s]*(?:\s+is|:)+[*_\s]*:?", re.IGNORECASE)
 _GSM8K_RE = re.compile(r"####\s*([^\n]+)")
 _MATH_RE = re.compile(r"\$\$(.+?)\$\$|(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _NUMBER_RE = re.compile(
@@ -80,6 +80,7 @@ _END_OF_TURN_RE = re.compile(r"<\|(?:im_end|im_start|endoftext|eot_id|end_of_tex
 # spacing commands, math delimiters, short \text{...} connectives.
 _JOIN_GAP_RE = re.compile(r"^[\s,;+$.:()\\\[\]]*$")
 _WORD_RE = re.compile(r"[A-Za-z]+")
+_PROSE_RE = re.compile(r"[A-Za-z][A-Za-z\s,.'!-]*")
 
 
 def extract_answer(text: str, config: ExtractionConfig = PRED) -> str | None:
@@ -117,15 +118,19 @@ def _last_marker(text: str, config: ExtractionConfig) -> str | None:
             m = matches[-1]
             inner = _last_marker(m.group(1), ExtractionConfig(answer_tags=False))
             candidates.append((m.start(), inner if inner is not None else m.group(1).strip()))
+    weak: list[tuple[int, str]] = []
     if config.answer_phrases:
         matches = list(_PHRASE_RE.finditer(text))
         if matches:
             m = matches[-1]
-            candidates.append((m.start(), _phrase_answer(text[m.end() :])))
+            answer = _phrase_answer(text[m.end() :])
+            # "... so our answer is correct": words only, used when nothing else is found
+            (weak if _PROSE_RE.fullmatch(answer) else candidates).append((m.start(), answer))
     if config.gsm8k_marker:
         matches = list(_GSM8K_RE.finditer(text))
         if matches:
             candidates.append((matches[-1].start(), matches[-1].group(1).strip()))
+    candidates = candidates or weak
     if not candidates:
         return None
     return max(candidates, key=lambda c: c[0])[1].strip()
@@ -197,7 +202,7 @@ def _phrase_answer(rest: str) -> str:
         if rest[: m.start()].count("$") % 2 == 0:
             end = m.start()
             break
-    phrase = re.sub(r'^(?:\\?["\s])+|(?:\\?["\s])+$', "", rest[:end])
+    phrase = re.sub(r'^(?:\\?["\s*_])+|(?:\\?["\s*_])+$', "", rest[:end])  # quotes, **bold**
     boxed = _boxed(phrase, join=True)
     if boxed is not None:
         return boxed[1]

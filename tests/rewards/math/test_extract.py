@@ -26,6 +26,9 @@ PRED_CASES = [
     ("Final answer: $3\\sqrt{2}$", "$3\\sqrt{2}$"),
     ("Final Answer: The final answer is $28 \\%$. I hope it is correct.", "$28 \\%$"),
     ("Final Answer: The largest $n$ is 34.", "34"),
+    ("**Final Answer:** 18", "18"),                       # markdown bold
+    (r"so $\boxed{44}$. Indeed our answer is correct.", "44"),  # words only: a weak marker
+    ("The answer is Evelyn.", "Evelyn"),                  # ... still used when it is the only one
     (r"\boxed{255} ... Final Answer: The final answer is $10,455$. I hope it is correct.", "$10,455$"),
     # GSM8K
     ("She pays 3 * 4 = <<3*4=12>>12 dollars.\n#### 12", "12"),
