@@ -15,6 +15,7 @@ docstring for what is and is not isolated). Dataset fields -> test formats: :mod
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,7 @@ from rewards.code.sandbox import (
     Limits,
     SandboxError,
     SandboxPool,
+    default_workers,
     detect_isolation,
 )
 from rewards.registry import register_verifier
@@ -62,17 +64,19 @@ _pools_lock = threading.Lock()
 
 
 def get_pool(isolation: str | None = None, num_workers: int | None = None) -> SandboxPool:
-    """This process's pool of sandboxes for ``isolation`` (started lazily, one zygote per worker).
+    """This process's pool of sandboxes for ``isolation`` (started lazily, one zygote per worker,
+    two workers per core by default).
 
     Keyed by pid: a forked child (a ``score_batch`` worker) builds its own and never talks to
     its parent's zygotes.
     """
     level = detect_isolation(isolation)
-    workers = max(1, num_workers or len(os.sched_getaffinity(0)))
+    workers = max(1, num_workers or default_workers())
     key = (os.getpid(), level, workers)
     with _pools_lock:
         if key not in _pools:
             _pools[key] = SandboxPool(workers, level)
+            atexit.register(_pools[key].close)
         return _pools[key]
 
 
@@ -95,7 +99,7 @@ def run_tests(program: str, timeout: float = 10.0, *, tests: Tests, limits: Limi
 def run_tests_batch(programs: Sequence[str], tests: Sequence[Tests], timeout: float = 10.0, *,
                     limits: Limits | None = None, isolation: str | None = None,
                     num_workers: int | None = None) -> list[ExecutionResult]:
-    """:func:`run_tests` for many programs in parallel, one sandbox worker per core; in order."""
+    """:func:`run_tests` for many programs in parallel (default: two sandbox workers per core); in order."""
     if len(programs) != len(tests):
         raise ValueError(f"got {len(programs)} programs but {len(tests)} test suites")
     limit_fields = asdict(limits or Limits())

@@ -5,12 +5,17 @@ because it is also the program the sandbox runs (``python -I sandbox.py --zygote
 
 Process layout (one "sandbox" per host worker, started once and reused)::
 
-    host (verifier)  --pipe-->  Z  zygote, inside bwrap/unshare; never runs user code
-                                |-- P  program server, forked from Z BEFORE any test was read
-                                |     `-- C  candidate: ONE fresh process per program (pid 1 of
-                                |            its own PID namespace), unprivileged uid, rlimits
-                                `-- W  harness: one fresh fork of Z per program; holds the tests,
-                                       calls C's functions over a private socket, decides the verdict
+    host (verifier) --pipe--> Z  zygote inside bwrap/unshare; holds the tests and runs the trusted
+                              |  harness (prompt helpers, check(), assert lines) -- never user code
+                              `-- P  program server, forked from Z BEFORE any test was read
+                                  `-- C  candidate: ONE fresh process per program, forked "warm"
+                                         (pid 1 of its own PID namespace) before its program is
+                                         known, then: fresh uid, rlimits, the program
+
+The harness talks to C over a private socket pair: it calls C's functions with plain-data
+arguments and decodes the plain-data results with trusted code; the assertions, the
+comparisons and the verdict happen in Z. C receives only the program (and, for stdin/stdout
+tests, its input); it never holds a test, an expected value or a channel to the host.
 
 Isolation levels (:func:`detect_isolation`, forced with ``isolation=`` or
 ``$REASONING_RL_SANDBOX``), strongest first:
@@ -21,37 +26,45 @@ Isolation levels (:func:`detect_isolation`, forced with ``isolation=`` or
   private size-capped ``/tmp``; no network devices but loopback; ``--die-with-parent``,
   ``--new-session``, ``--clearenv``.
 * ``unshare`` -- util-linux ``unshare``: the same namespaces, a private tmpfs ``/tmp``,
-  ``/var/tmp`` and ``/dev/shm``; the rest of the filesystem is visible read-only to C only
-  through ordinary permissions (C runs as an unprivileged uid when we are root).
+  ``/var/tmp`` and ``/dev/shm`` (a Python installed under a private home is re-bound into a
+  fresh tmpfs over that home); the rest of the filesystem is visible to C through ordinary
+  permissions only (C runs as an unprivileged uid when we are root).
 * ``rlimits`` -- no namespaces. Loud warning. Resource limits, a fresh uid and a clean
-  environment only: the network and world-readable files ARE reachable.
+  environment only: the network and world-readable files ARE reachable. (If Python lives
+  under a private home, C can import only the modules the zygote preloaded.)
 
 Protected at every level (each has an adversarial test in tests/rewards/code/):
 
 * the verdict: C never sees the tests or the expected values (P was forked before any test
-  was read, W is another process); C's only output that matters is the plain data its
-  functions return, decoded by trusted code in W. Exit codes and stdout never decide a
-  functional test. ``sys.exit``/``os._exit``, ``raise SystemExit``/``BaseException``,
-  patched ``AssertionError``/builtins/``check``, ``sys.settrace`` hooks, objects whose
-  ``__eq__`` always returns True, fake "passed" markers: all happen in C's interpreter,
-  which runs no assertion.
-* secrets: C starts from a fresh interpreter (not a fork of the caller), with a clean
+  was read, the harness is another process); C's only output that matters is the plain data
+  its functions return, decoded by trusted code in Z. Exit codes and stdout never decide a
+  functional test (stdin/stdout tests compare stdout in Z and also require exit status 0).
+  ``sys.exit``/``os._exit``, ``raise SystemExit``/``BaseException``, patched
+  ``AssertionError``/builtins/``check``, ``sys.settrace`` hooks, objects whose ``__eq__``
+  always returns True, fake "passed" markers: all happen in C's interpreter, which runs no
+  assertion. Builtins and the prompt's helpers used by the tests are Z's, never C's.
+* secrets: the zygote is a fresh interpreter (not a fork of the caller) with a clean
   environment; the trusted processes are non-dumpable, so C cannot read their memory or
-  file descriptors through /proc or ptrace.
-* the host: C runs as a random unprivileged uid (when the host runs as root), so it can
-  neither signal nor trace Z, P, W or the caller; rlimits bound its memory (RLIMIT_AS),
-  CPU time, file sizes, open files and processes (RLIMIT_NPROC, per uid).
+  file descriptors through /proc or ptrace; at ``bwrap`` the repository, datasets and home
+  directories are not even mounted.
+* the host: C runs as a random unprivileged uid (when the host runs as root; C refuses to
+  run as root outside its own PID namespace), so it can neither signal nor trace Z, P or
+  the caller; rlimits bound its memory (RLIMIT_AS), CPU time, file sizes, open files and
+  processes (RLIMIT_NPROC, per uid); stdout/stderr go to files capped by RLIMIT_FSIZE.
 * clean-up: C is pid 1 of its own PID namespace (bwrap, unshare), so killing it kills
   every process it started, daemonised or not; without namespaces every process of its
   uid is killed. Its working directory is deleted after every program.
-* time: a wall-clock deadline enforced from outside (P kills C, W stops waiting, the host
-  kills the whole sandbox if Z does not answer).
+* time: a wall-clock deadline enforced from outside (P kills C, the harness stops waiting,
+  the host kills the whole sandbox if Z does not answer); RLIMIT_CPU as a backstop.
 
 Not protected:
 
 * a kernel exploit (no seccomp filter; use a VM for that threat model);
 * at ``unshare``/``rlimits``: files readable by any user; at ``rlimits``: the network,
-  abstract unix sockets, and -- when not root -- the caller's other processes (same uid);
+  abstract unix sockets, world-writable folders (/tmp, /var/tmp), and -- when the host is
+  not root -- the caller's other processes (same uid, so ``kill(-1)`` reaches them);
+* the candidate's own interpreter: a program may patch anything in C (it is its own
+  process) -- which changes nothing but the plain values it returns;
 * side channels between programs running at the same time (CPU, memory pressure);
 * a program that prints the right answer for stdin/stdout tests by reading its input
   (that is solving the task) or that hard-codes the test cases it was shown.
@@ -440,9 +453,14 @@ class Sandbox:
         self._errlog.seek(0)
         return self._errlog.read().decode(errors="replace")
 
-    def _kill(self) -> None:
+    def _kill(self, grace: float = 0.0) -> None:
         proc, self._proc = self._proc, None
         if proc is not None and self._owner_pid == os.getpid():
+            if grace > 0:  # end of input: the zygote leaves its loop and removes its directory
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()  # type: ignore[union-attr]
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(grace)
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(OSError):
@@ -455,7 +473,7 @@ class Sandbox:
 
     def close(self) -> None:
         with self._lock:
-            self._kill()
+            self._kill(grace=1.0)
 
     def __enter__(self) -> Sandbox:
         return self
@@ -528,11 +546,17 @@ def _budget(job: Mapping[str, Any]) -> float:
     return float(job["timeout"]) + 10.0
 
 
+def default_workers() -> int:
+    """Two sandboxes per core: a functional job alternates between the harness and the candidate
+    (one core busy at a time) and waits on forks and exits, so one per core leaves cores idle."""
+    return 2 * len(os.sched_getaffinity(0))
+
+
 class SandboxPool:
     """``num_workers`` sandboxes, fed by as many threads: runs many jobs in parallel."""
 
     def __init__(self, num_workers: int | None = None, isolation: str | None = None) -> None:
-        self.num_workers = max(1, num_workers or len(os.sched_getaffinity(0)))
+        self.num_workers = max(1, num_workers or default_workers())
         self.level = detect_isolation(isolation)
         self._free: list[Sandbox] = [Sandbox(self.level) for _ in range(self.num_workers)]
         self._cond = threading.Condition()
@@ -570,7 +594,8 @@ class SandboxPool:
 # =============================================================================================
 _PREIMPORT = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string", "typing",
               "random", "statistics", "fractions", "decimal", "operator", "copy", "hashlib", "datetime",
-              "array", "numbers", "dataclasses", "enum", "abc", "io", "cmath", "textwrap", "ast")
+              "array", "numbers", "dataclasses", "enum", "abc", "io", "cmath", "textwrap", "ast", "resource",
+              "glob", "fnmatch", "queue", "pprint")
 
 
 def _libc() -> Any:
@@ -889,6 +914,8 @@ def _watch(c: _Warm, job: dict[str, Any], stop_sock: socket.socket | None, tail:
 
 def _tail(path: str, n: int) -> str:
     try:
+        if os.stat(path).st_size == 0:
+            return ""
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - n))
@@ -1347,6 +1374,19 @@ def _check_units(test_code: str) -> tuple[Any, int]:
     return compile(tree, "<test>", "exec"), max(units, 1)
 
 
+_COMPILED: dict[tuple[str, str], Any] = {}
+
+
+def _compiled(source: str, kind: str) -> Any:
+    """Compiled trusted code, cached: in RL the same tests score every sample of a group."""
+    key = (kind, source)
+    if key not in _COMPILED:
+        if len(_COMPILED) > 2048:
+            _COMPILED.clear()
+        _COMPILED[key] = _check_units(source) if kind == "check" else compile(source, f"<{kind}>", "exec")
+    return _COMPILED[key]
+
+
 def _functions_under_test(asserts: Sequence[str], trusted: Mapping[str, Any]) -> list[str]:
     """Names the assert lines call that the trusted setup does not define and that are not
     builtins (``assert f(x) == 1``, ``assert set(f(x)) == {1}`` -> ``f``); when every called
@@ -1370,12 +1410,12 @@ def _harness(sock: socket.socket, job: dict[str, Any], deadline: float) -> dict[
     suite = job["suite"]
     # Compile the tests before anything else: a bad test is the dataset's fault, not the program's.
     try:
-        setup = compile(job.get("setup") or "", "<setup>", "exec")
+        setup = _compiled(job.get("setup") or "", "setup")
         if suite["kind"] == "check":
-            test_code, total = _check_units(suite["code"])
+            test_code, total = _compiled(suite["code"], "check")
             units = None
         else:
-            units = [compile(src, f"<test {i}>", "exec") for i, src in enumerate(suite["asserts"])]
+            units = [_compiled(src, "assert") for src in suite["asserts"]]
             total = len(units)
     except (SyntaxError, ValueError) as exc:
         return {"harness_error": f"the tests do not compile: {exc}"}
