@@ -257,6 +257,7 @@ def _is_bare_answer(text: str) -> bool:
         return False
     outside = _MATH_RE.sub(" ", text)
     outside = re.sub(r"\\[a-zA-Z]+(?:\{[^{}]*\})*", " ", outside)
+    outside = re.sub(r"(?<=[\d)])(?:and|or)(?=[A-Z(\\])", " ", outside)  # `x=1orx=2`, spaces lost
     words = [w for w in _WORD_RE.findall(outside) if len(w) > 1 and w.lower() not in _UNIT_WORDS]
     return not words
 

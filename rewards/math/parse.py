@@ -75,7 +75,8 @@ _MATRIX_RE = re.compile(
     r"^\[?\s*\\begin\{(?P<env>[pbvBV]?matrix|array|smallmatrix)\}(?:\{[^{}]*\})?(?P<body>.*)\\end\{(?P=env)\}\s*\]?$",
     re.DOTALL,
 )
-_WORD_SEP_RE = re.compile(r"(?<![A-Za-z\\])(?:and|or)(?![A-Za-z])")
+# "and"/"or" between items; also glued where spaces were lost (`W(x)=1orW(x)=-1`).
+_WORD_SEP_RE = re.compile(r"(?<![A-Za-z\\])(?:and|or)(?![A-Za-z])|(?<=[\d)])(?:and|or)(?=[A-Z(\\])")
 _RELATION_RE = re.compile(r"\\le(?![a-zA-Z])|\\ge(?![a-zA-Z])|\\ne(?![a-zA-Z])|\\approx(?![a-zA-Z])|\\in(?![a-zA-Z])|=|<|>")
 _IN_RE = re.compile(r"^([^=<>]*?)\\in(?![a-zA-Z])(.*)$", re.DOTALL)
 _PERCENT_WORDS = {"percent", "percentage", "pct"}

@@ -117,6 +117,8 @@ RELATIONS = [
     ("a_3 = 2, a_{37} = 19", r"a_{37} = 19, \quad a_3 = 2", True),  # named values, any order
     ("AB=4,CD=5", "4, 5", True),
     ("p=5,q=2;p=7,q=2", "(5,2),(7,2)", True),
+    (r"W(n) = 1 \text{ and } W(n) = -1", "W(x)=1orW(x)=-1", True),  # "or" glued, spaces lost
+    ("X = 1 or X = 2", "X=1orX=3", False),
 ]
 
 TEXT_AND_FORMAT = [
