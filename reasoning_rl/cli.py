@@ -13,15 +13,14 @@ import os
 from pathlib import Path
 
 import hydra
-from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from reasoning_rl.config import TrainConfig
+from reasoning_rl.config import TrainConfig, register_configs
 
 log = logging.getLogger("reasoning_rl")
 
-ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+register_configs()
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:

@@ -189,3 +189,11 @@ def validate(cfg: TrainConfig) -> None:
         problems.append(f"trainer.steps must be >= 0, got {cfg.trainer.steps}")
     if problems:
         raise ValueError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+def register_configs() -> None:
+    """Register the schemas with Hydra's ConfigStore (``train_schema`` is the primary
+    config's first default, so every composed run is type-checked against TrainConfig)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
