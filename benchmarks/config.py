@@ -17,8 +17,8 @@ from omegaconf import MISSING
 class EvalConfig:
     """Settings of one ``reasoning-rl-eval`` invocation."""
 
-    benchmark: str = MISSING
-    """Benchmark name, several joined by commas (quote them: ``benchmark='gsm8k,math500'``), or ``all``."""
+    benchmark: Any = MISSING
+    """Benchmark name, a list (``benchmark=[gsm8k,math500]``), or ``all`` for every shipped benchmark."""
     model_name_or_path: str | None = None
     """Checkpoint folder (``save_pretrained`` output) or Hugging Face model name to generate with.
     On the command line ``model=X`` works too (see :func:`benchmarks.cli.model_alias`)."""

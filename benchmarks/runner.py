@@ -34,9 +34,10 @@ class CodeExecutionNotAllowed(RuntimeError):
     """A code benchmark was asked for without ``allow_code_execution=true``."""
 
 
-def benchmark_names(value: str) -> list[str]:
-    """``"gsm8k,math500"`` -> ``["gsm8k", "math500"]``; ``"all"`` -> every shipped benchmark."""
-    names = [n.strip() for n in str(value).split(",") if n.strip()]
+def benchmark_names(value: str | Sequence[str]) -> list[str]:
+    """``[gsm8k, math500]`` or ``"gsm8k,math500"`` -> ``["gsm8k", "math500"]``; ``"all"`` -> every benchmark."""
+    parts = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    names = [n.strip() for n in parts if n.strip()]
     if names == ["all"]:
         return list_benchmarks()
     if not names:

@@ -25,13 +25,18 @@ CODE_CORRUPTION = "\nraise AssertionError('corrupted reference sample: this prog
 
 
 def corrupt_answer(answer: Any) -> str:
-    """A wrong answer close to the right one: an integer or decimal plus one, else ``(answer) + 1``."""
+    """A wrong answer: a small integer or decimal plus one, anything else ``(answer)^2+1``.
+
+    ``x^2 + 1 = x`` has no real solution, so the squared form is wrong for every real
+    value, and unlike ``x + 1`` it stays wrong for huge values such as ``2^{2005}``
+    that a grader with a relative float tolerance calls equal to ``2^{2005} + 1``.
+    """
     text = str(answer).strip()
-    if re.fullmatch(r"-?\d+", text):
+    if re.fullmatch(r"-?\d{1,6}", text):
         return str(int(text) + 1)
-    if re.fullmatch(r"-?\d*\.\d+", text):
+    if re.fullmatch(r"-?\d{0,6}\.\d+", text):
         return repr(float(text) + 1)
-    return f"({text})+1"
+    return f"({text})^2+1"
 
 
 def reference_completion(spec: BenchmarkSpec, problem: Problem) -> str:

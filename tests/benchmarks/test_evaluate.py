@@ -15,7 +15,7 @@ from benchmarks.evaluate import EngineSource, ScoringSettings, evaluate
 from benchmarks.extractors import gsm8k_final, integer, last_boxed
 from benchmarks.generation import sampling_config
 from benchmarks.prompts import build_prompt, fewshot_pairs
-from benchmarks.runner import run
+from benchmarks.runner import benchmark_names, run
 
 ARITHMETIC = get_benchmark("arithmetic")
 
@@ -154,9 +154,11 @@ def test_shipped_config_composes_with_the_schema() -> None:
     config = OmegaConf.to_object(cfg)
     assert isinstance(config, EvalConfig)
     assert (config.model_name_or_path, config.limit, config.k, config.n) == ("/ckpt/checkpoint-10", 20, [1, 4], 4)
-    with initialize_config_module(config_module="reasoning_rl.conf", version_base="1.3"), \
-            pytest.raises(Exception, match="limit"):
-        compose(config_name="eval", overrides=["benchmark=gsm8k", "limit=abc"])
+    with initialize_config_module(config_module="reasoning_rl.conf", version_base="1.3"):
+        several = OmegaConf.to_object(compose(config_name="eval", overrides=["benchmark=[gsm8k,math500]"]))
+        assert benchmark_names(several.benchmark) == ["gsm8k", "math500"]
+        with pytest.raises(Exception, match="limit"):
+            compose(config_name="eval", overrides=["benchmark=gsm8k", "limit=abc"])
 
 
 def test_checkpoint_sweep_writes_table_and_plot(tiny_run: Path, tmp_path: Path, has_math_verifier) -> None:
@@ -171,3 +173,27 @@ def test_checkpoint_sweep_writes_table_and_plot(tiny_run: Path, tmp_path: Path, 
     assert (out / "sweep_arithmetic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "checkpoint-10" / "arithmetic" / "results.json").exists()
     assert "arithmetic v1" in (tmp_path / "summary.md").read_text()
+
+
+def test_vllm_backend_without_vllm_says_how_to_install() -> None:
+    pytest.importorskip("reasoning_rl.rollout")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("vllm is installed here")
+    from benchmarks.generation import load_engine
+
+    with pytest.raises(ImportError, match=r"pip install 'reasoning-rl\[vllm\]'"):
+        load_engine("vllm", "some/model")
+
+
+def test_maj_equivalence_uses_the_verifier(has_math_verifier) -> None:
+    if not has_math_verifier:
+        pytest.skip("the math verifier (rewards.math) is not available yet")
+    import rewards
+    from benchmarks.runner import make_equivalence
+
+    equivalence = make_equivalence(rewards.get_verifier("math"), timeout=20, pool=None)
+    assert equivalence([("0.5", "\\frac{1}{2}"), ("2", "3")]) == {("0.5", "\\frac{1}{2}")}

@@ -49,7 +49,8 @@ def test_reference_samples_score_100_and_corrupted_0(name: str, shared_data_dir:
 
 
 @pytest.mark.parametrize(("answer", "wrong"), [("18", "19"), ("025", "26"), ("-3", "-2"), ("0.5", "1.5"),
-                                               ("\\frac{1}{2}", "(\\frac{1}{2})+1")])
+                                               ("\\frac{1}{2}", "(\\frac{1}{2})^2+1"),
+                                               ("2^{2005}", "(2^{2005})^2+1"), ("12345678", "(12345678)^2+1")])
 def test_corrupt_answer(answer: str, wrong: str) -> None:
     assert corrupt_answer(answer) == wrong
 
