@@ -114,11 +114,13 @@ class CodeVerifier:
 
     A program that fails, crashes or times out scores 0.0 (status ``ok``): that is the
     program's fault, and a policy must not learn that looping forever avoids a low reward.
+    ``timeout`` (5 s) stays below ``score_batch``'s default 10 s so that the sandbox, not the
+    batch worker, reports a looping program.
     ``unscorable`` (score None): no code could be extracted, the row lacks test fields, or the
     tests themselves are broken. ``error`` (None): the sandbox could not start.
     """
 
-    def __init__(self, extract: ExtractMode = "auto", partial_credit: bool = False, timeout: float = 10.0,
+    def __init__(self, extract: ExtractMode = "auto", partial_credit: bool = False, timeout: float = 5.0,
                  case_timeout: float = 2.0, memory_mb: int = 1024, isolation: str | None = None,
                  include_challenge_tests: bool = False) -> None:
         if extract not in EXTRACT_MODES:

@@ -159,7 +159,7 @@ class SandboxError(RuntimeError):
 
 
 # =============================================================================================
-# Framing: 4-byte big-endian length + JSON, on pipes (host <-> Z) and sockets (Z, P, W, C)
+# Framing: 4-byte big-endian length + JSON, on pipes (host <-> Z) and sockets (Z, P, C)
 # =============================================================================================
 def _pack(obj: Any) -> bytes:
     data = json.dumps(obj, separators=(",", ":")).encode()
@@ -278,7 +278,7 @@ def _bwrap_command(argv_tail: list[str], is_root: bool) -> list[str]:
     cmd += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if is_root:
         # No user namespace as root: a user namespace maps one uid only, and C must drop to
-        # another uid so that RLIMIT_NPROC applies and it cannot signal or trace Z/P/W.
+        # another uid so that RLIMIT_NPROC applies and it cannot signal or trace Z or P.
         for cap in ("SETUID", "SETGID", "SYS_ADMIN", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"):
             cmd += ["--cap-add", f"CAP_{cap}"]
     else:
@@ -649,6 +649,8 @@ def _zygote_main(config: dict[str, Any]) -> None:
             except Exception:
                 reply = {"status": "error", "harness_error": "zygote: " + traceback.format_exc(limit=4)}
             _write_frame(wfd, reply)
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                break  # P died: exit, and the host starts a fresh sandbox for the next program
     finally:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
@@ -716,7 +718,7 @@ def _handle_job(job: dict[str, Any], z_sock: socket.socket) -> dict[str, Any]:
     # never runs user code) tests C's functions through it.
     _sock_send(z_sock, {"op": "functional", "program": job["program"], "limits": limits, "timeout": job["timeout"]})
     handoff, fds = _sock_recv(z_sock, with_fds=True)
-    if not handoff or not fds:
+    if not handoff or not handoff.get("channel") or not fds:
         return {"status": "error", "harness_error": "the program server did not hand over a channel"}
     w_end = socket.socket(fileno=fds[0])
     try:
@@ -844,8 +846,14 @@ def _program_server(sock: socket.socket, base: str, uid: int, pidns: bool) -> No
         job = {"program": msg["program"], "limits": msg["limits"], "timeout": float(msg["timeout"])}
         if msg["op"] == "functional":
             c, warm = warm, None
-            _sock_send(c.p_end, {**job, "mode": "functional"})
-            _sock_send(sock, {"channel": True}, [c.p_end.fileno()])  # W talks to C directly
+            try:
+                _sock_send(c.p_end, {**job, "mode": "functional"})
+            except OSError:  # the warm C died before its job: no channel, a fresh C next time
+                _sock_send(sock, {"channel": False})
+                c.reap(uid, pidns)
+                warm = fresh()
+                continue
+            _sock_send(sock, {"channel": True}, [c.p_end.fileno()])  # the harness talks to C directly
             c.p_end.close()
             run = _watch(c, job, stop_sock=sock, tail=int(job["limits"].get("output_tail_bytes", 2000)))
             _sock_send(sock, run)  # report first, clean up after: off the critical path
@@ -871,7 +879,7 @@ def _program_server(sock: socket.socket, base: str, uid: int, pidns: bool) -> No
 def _watch(c: _Warm, job: dict[str, Any], stop_sock: socket.socket | None, tail: int) -> dict[str, Any]:
     """Wait for C to exit, for a stop from Z, or for the deadline; C is SIGKILLed unless it exited."""
     start = time.monotonic()
-    deadline = start + job["timeout"] + 0.25  # W's own deadline fires first and reports the timeout
+    deadline = start + job["timeout"] + 0.25  # the harness's own deadline fires first and reports the timeout
     timed_out = stopped = False
     while True:
         left = deadline - time.monotonic()
@@ -884,7 +892,7 @@ def _watch(c: _Warm, job: dict[str, Any], stop_sock: socket.socket | None, tail:
             _, c.status = os.waitpid(c.pid, 0)
             break
         if stop_sock is not None and stop_sock in ready:
-            stopped = True  # W has its verdict; nothing C does from now on matters
+            stopped = True  # the harness has its verdict; nothing C does from now on matters
             break
     if c.status is None:
         with contextlib.suppress(ProcessLookupError):
@@ -1029,7 +1037,7 @@ def _run_stdio_program(program: str) -> None:
 
 def _serve_functions(chan: socket.socket, program: str) -> None:
     """C's side of the functional protocol. Everything here is untrusted: the program may have
-    rewritten any of it. W only ever treats what arrives here as data."""
+    rewritten any of it. The harness only ever treats what arrives here as data."""
     namespace: dict[str, Any] = {"__name__": "__candidate__", "__builtins__": __builtins__}
     refs: dict[Any, Any] = {"namespace": namespace}
     try:
@@ -1072,7 +1080,7 @@ def _serve_functions(chan: socket.socket, program: str) -> None:
 
 
 # =============================================================================================
-# Plain-data encoding. W decodes with _decode (trusted): the result is built only from
+# Plain-data encoding. The harness (in Z) decodes with _decode (trusted): the result is built only from
 # builtin int/float/complex/str/bytes/bool/None/list/tuple/set/frozenset/dict/range, plus
 # _RemoteRef handles that compare equal to nothing but themselves. JSON scalars and arrays
 # stand for themselves (JSON round-trips ints and floats exactly); other types are one-key
@@ -1132,7 +1140,7 @@ _BIG = 1 << 62
 
 def _encode(value: Any, refs: dict[Any, Any], for_candidate: bool, depth: int = 0) -> Any:
     """Value -> JSON-able form. ``for_candidate``: C's encoder (objects it cannot reduce become
-    handles); otherwise W's (its handles become references, anything else is an error)."""
+    handles); otherwise the harness's (its handles become references, anything else is an error)."""
     t = type(value)
     if value is None or t is bool or t is str or t is float:
         return value
@@ -1190,7 +1198,7 @@ def _encode(value: Any, refs: dict[Any, Any], for_candidate: bool, depth: int = 
 
 
 def _decode(x: Any, refs: Any, depth: int = 0) -> Any:
-    """JSON-able form -> value. In W (``refs`` is the channel) this is the trusted decoder: it
+    """JSON-able form -> value. In the harness (``refs`` is the channel) this is the trusted decoder: it
     builds builtin values only. In C (``refs`` a dict) it also resolves handles to objects."""
     t = type(x)
     if x is None or t is bool or t is str or t is int or t is float:
@@ -1221,7 +1229,7 @@ def _decode(x: Any, refs: Any, depth: int = 0) -> Any:
     if tag == "ty":
         return _BUILTIN_TYPES[str(v)]
     if tag == "m":
-        # W imports its own copy: only standard-library modules, never the program's object.
+        # The harness imports its own copy: only standard-library modules, never the program's object.
         name = str(v)
         if isinstance(refs, dict) or name.split(".")[0] not in sys.stdlib_module_names:
             raise ValueError(f"module {name!r} cannot be shared with the tests")
@@ -1239,7 +1247,7 @@ def _decode(x: Any, refs: Any, depth: int = 0) -> Any:
 
 
 # =============================================================================================
-# Inside the sandbox: the harness W (trusted; never runs user code)
+# Inside the sandbox: the harness (runs in Z: trusted, never runs user code)
 # =============================================================================================
 class _Deadline(BaseException):
     """The program's wall-clock time is up: abort the remaining tests."""
@@ -1260,7 +1268,7 @@ _MAPPED_EXCEPTIONS = {
 
 
 class _Channel:
-    """W's end of the socket to C, with the program's deadline on every wait."""
+    """The harness's end of the socket to C, with the program's deadline on every wait."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self.sock = sock
@@ -1405,7 +1413,7 @@ def _functions_under_test(asserts: Sequence[str], trusted: Mapping[str, Any]) ->
 
 
 def _harness(sock: socket.socket, job: dict[str, Any], deadline: float) -> dict[str, Any]:
-    """W: run the trusted tests against C's functions; return the verdict."""
+    """The harness (in Z): run the trusted tests against C's functions; return the verdict."""
     channel = _Channel(sock, deadline)
     suite = job["suite"]
     # Compile the tests before anything else: a bad test is the dataset's fault, not the program's.

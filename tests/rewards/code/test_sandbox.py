@@ -105,6 +105,19 @@ def test_verifier_partial_credit_all_or_nothing_and_unscorable() -> None:
     assert (looping.status, looping.score, looping.info["status"]) == ("ok", 0.0, "timeout")
 
 
+def test_verifier_field_mapping_for_each_format() -> None:
+    verifier = rewards.get_verifier("code", partial_credit=True)
+    humaneval = {"prompt": "def inc(x):\n    \"\"\"x + 1\"\"\"\n", "entry_point": "inc",
+                 "test": "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(5) == 6\n"}
+    body = "    return x + 1\n"  # base-model continuation of the prompt
+    chat = "Sure:\n```python\ndef inc(x):\n    return x + 1 if x < 3 else 0\n```"  # a full function
+    assert verifier(body, None, **humaneval).score == 1.0
+    assert verifier(chat, humaneval).score == 0.5  # the row as `reference` works too
+    stdio = {"inputs": ["3\n", "4\n"], "outputs": ["9\n", "16\n"]}
+    assert verifier("print(int(input()) ** 2)", None, **stdio).score == 1.0
+    assert verifier("print(9)", None, **stdio).score == 0.5
+
+
 def test_verifier_in_score_batch_worker() -> None:
     fields = [{"test_list": ["assert add(1, 2) == 3"]}] * 3
     out = rewards.score_batch(rewards.get_verifier("code"), [ADD, "def add(a, b):\n    return 0", "syntax error("],
