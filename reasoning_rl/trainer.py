@@ -278,7 +278,7 @@ class GRPOTrainer:
                 weight = microbatch_weight(a.loss_aggregation, e - s, n)
                 (out.loss * weight).backward()
                 share = (e - s) / n
-                for key, value in (("loss", float(out.loss) * weight / share), ("policy", out.policy_loss),
+                for key, value in (("loss", float(out.loss.detach()) * weight / share), ("policy", out.policy_loss),
                                    ("kl", out.kl), ("clip_low", out.clip_low_fraction),
                                    ("clip_high", out.clip_high_fraction), ("ratio", out.ratio_mean),
                                    ("entropy", float((entropy * mask).sum() / mask.sum().clamp(min=1)))):

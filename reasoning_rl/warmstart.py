@@ -74,8 +74,8 @@ def supervised_warm_start(
             greedy = SamplingConfig(max_new_tokens=sampling.max_new_tokens, do_sample=False, stop=sampling.stop)
             accuracy = accuracy_of(engine, probe, reward, greedy, 1, seed, timeout, pool)
             model.train()
-            history.append({"step": step, "loss": float(loss), "probe_accuracy": accuracy})
-            log.info("warm start step %d: loss %.3f, probe greedy accuracy %.3f", step, float(loss), accuracy)
+            history.append({"step": step, "loss": float(loss.detach()), "probe_accuracy": accuracy})
+            log.info("warm start step %d: loss %.3f, probe greedy accuracy %.3f", step, float(loss.detach()), accuracy)
             if accuracy >= cfg.stop_at_accuracy:
                 break
     optimizer.zero_grad(set_to_none=True)

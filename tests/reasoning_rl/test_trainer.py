@@ -1,0 +1,128 @@
+"""End-to-end GRPO runs of the tiny model on the arithmetic task (CPU, a few steps)."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from reasoning_rl.checkpoint import latest_checkpoint, list_checkpoints
+from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.trainer import GRPOTrainer
+
+EXPECTED_METRICS = {
+    "reward/mean", "reward/std", "reward/math", "reward/unscorable_fraction", "accuracy/train",
+    "groups/zero_std_fraction", "kl/mean", "clip/low_fraction", "clip/high_fraction", "entropy/mean",
+    "completion/length_mean", "completion/length_max", "completion/truncated_fraction",
+    "verifier/timeouts", "verifier/errors", "time/rollout", "time/update", "time/step",
+    "throughput/completion_tokens_per_s", "loss/total", "loss/policy", "grad/norm", "lr",
+}
+
+
+def _train(cfg, run_dir):
+    trainer = GRPOTrainer(cfg, run_dir)
+    try:
+        return trainer, trainer.train()
+    finally:
+        trainer.close()
+
+
+def test_end_to_end_logs_checkpoints_and_reloads(small_cfg, tmp_path):
+    trainer, summary = _train(small_cfg, tmp_path / "run")
+    run = tmp_path / "run"
+    metrics = read_metrics(run / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    for m in metrics:
+        assert EXPECTED_METRICS <= set(m), EXPECTED_METRICS - set(m)
+    assert metrics[0]["kl/mean"] == pytest.approx(0.0, abs=1e-6)  # policy == reference at step 1
+    rows = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 * 2 * 4  # steps * prompts * group
+    assert {"completion", "reward", "advantage", "verifier_info", "reference"} <= set(rows[0])
+    assert "extracted" in rows[0]["verifier_info"]["math"] or rows[0]["reward"] is None
+    # checkpoints: every 2 steps and at the end, Hugging Face format
+    assert [p.name for p in list_checkpoints(run)] == ["checkpoint-2", "checkpoint-4"]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(latest_checkpoint(run))
+    AutoTokenizer.from_pretrained(latest_checkpoint(run))
+    for a, b in zip(model.parameters(), trainer.model.parameters()):
+        assert torch.equal(a, b)
+    assert (run / "reward_curve.png").stat().st_size > 0
+    assert set(summary["eval_after"]) >= {"greedy_accuracy", "sampled_accuracy"}
+    assert (run / "reference" / "config.json").exists()
+
+
+def test_resume_matches_uninterrupted_run(small_cfg, tmp_path):
+    _train(small_cfg, tmp_path / "full")
+
+    class Killed(Exception):
+        pass
+
+    trainer = GRPOTrainer(small_cfg, tmp_path / "killed")
+    update = trainer.update
+
+    def dies_at_step_3(ro):
+        if trainer.step == 2:
+            raise Killed
+        return update(ro)
+
+    trainer.update = dies_at_step_3
+    with pytest.raises(Killed):
+        trainer.train()
+    trainer.close()
+    assert [p.name for p in list_checkpoints(tmp_path / "killed")] == ["checkpoint-2"]
+
+    small_cfg.trainer.resume = True
+    _train(small_cfg, tmp_path / "killed")
+    full = read_metrics(tmp_path / "full" / "metrics.jsonl")
+    resumed = read_metrics(tmp_path / "killed" / "metrics.jsonl")
+    assert [m["step"] for m in resumed] == [1, 2, 3, 4]
+    for a, b in zip(full, resumed):
+        for key, value in a.items():
+            if key.startswith(("time/", "throughput/")) or value is None:
+                continue
+            assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (a["step"], key)
+
+
+def test_num_iterations_reuses_rollouts(small_cfg, tmp_path):
+    from rewards.compose import RewardSpec
+
+    # a reward that varies within groups even for an untrained model: "has a digit"
+    small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
+    small_cfg.algo.num_iterations = 3
+    small_cfg.algo.beta = 0.0
+    small_cfg.trainer.steps = 2
+    small_cfg.evaluation.enabled = False
+    trainer, _ = _train(small_cfg, tmp_path / "run")
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    # after the first of the mu updates the policy moved away from pi_old: ratio != 1
+    assert any(abs(m["ratio/mean"] - 1.0) > 1e-6 for m in metrics)
+    assert trainer.ref_model is None  # beta = 0: no reference model at all
+    assert not (tmp_path / "run" / "reference").exists()
+
+
+def test_bad_config_is_rejected_with_the_key(small_cfg, tmp_path):
+    small_cfg.algo.group_size = 1
+    small_cfg.algo.loss_aggregation = "median"
+    with pytest.raises(ValueError) as info:
+        GRPOTrainer(small_cfg, tmp_path)
+    assert "algo.group_size" in str(info.value) and "algo.loss_aggregation" in str(info.value)
+
+
+def test_none_rewards_get_zero_advantage(small_cfg, tmp_path):
+    """A reward that cannot score leaves the sample out (NaN reward, advantage 0), never 0."""
+    from rewards.compose import RewardSpec
+
+    small_cfg.task.rewards = [RewardSpec(name="overlong", options={"max_length": 4, "buffer": 2,
+                                                                    "length_field": "missing"})]
+    small_cfg.trainer.steps = 1
+    small_cfg.evaluation.enabled = False
+    trainer = GRPOTrainer(small_cfg, tmp_path / "run")
+    try:
+        ro = trainer.rollout()
+    finally:
+        trainer.close()
+    assert torch.isnan(ro.rewards).all()
+    assert ro.advantages.abs().sum() == 0
+    assert ro.verifier_failures["unscorable"] == 8
+    assert not math.isnan(float(ro.advantages.sum()))
