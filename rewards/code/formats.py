@@ -127,12 +127,3 @@ def build(code: str, fields: Mapping[str, Any], *, include_challenge_tests: bool
         f"cannot tell the test format from fields {sorted(fields)}: need `test` + `entry_point` (HumanEval), "
         "`test_list` (MBPP) or `inputs` + `outputs` (stdin/stdout)")
 
-
-def mbpp_fields(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of an MBPP row (full or sanitized) that :func:`build` reads."""
-    keys = ("test_list", "test_setup_code", "test_imports", "challenge_test_list")
-    return {k: row[k] for k in keys if k in row}
-
-
-def humaneval_fields(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: row[k] for k in ("prompt", "test", "entry_point")}

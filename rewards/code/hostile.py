@@ -69,7 +69,7 @@ def _processes_with(marker: str) -> list[int]:
     found = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
-            try:
+            try:  # a zombie's cmdline is empty, so only live processes match
                 if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                     found.append(int(pid))
             except OSError:
@@ -85,8 +85,9 @@ def _processes_of(uid: int) -> list[int]:
                 status = Path(f"/proc/{pid}/status").read_text()
             except OSError:
                 continue
-            uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
-            if str(uid) in uids:
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            # A zombie has exited (killed, waiting to be reaped): nothing of it runs any more.
+            if str(uid) in fields.get("Uid", "").split() and not fields.get("State", "").strip().startswith("Z"):
                 found.append(int(pid))
     return found
 
@@ -98,7 +99,7 @@ def _no_processes(ctx: Context, result: ExecutionResult, box: Sandbox) -> str | 
         if not left:
             return None
         time.sleep(0.05)
-    return f"{len(left)} processes still running: {left[:5]}"
+    return f"{len(left)} processes still running (not zombies): {left[:5]}"
 
 
 def _no_connection(ctx: Context, result: ExecutionResult, box: Sandbox) -> str | None:
@@ -142,7 +143,8 @@ CASES: tuple[Case, ...] = (
         host_check=_no_processes),
     Case("network_connect", "network", lambda ctx: (
         "import socket\ndef f():\n    try:\n"
-        f"        s = socket.create_connection(('127.0.0.1', {ctx.port}), timeout=1)\n"
+        "        s = socket.socket()\n        s.settimeout(1)\n"
+        f"        s.connect(('127.0.0.1', {ctx.port}))\n"
         f"        s.sendall(b'leak-{ctx.token}')\n        return 'connected'\n"
         "    except OSError as e:\n        return repr(e)\n"),
         lambda ctx: ("assert f() == 'connected'",), host_check=_no_connection),
