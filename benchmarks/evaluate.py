@@ -156,7 +156,7 @@ def evaluate(
     # Per-problem keys: a changed prompt or reference redoes that problem only.
     gen_keys = {p.task_id: settings_key([source.key, p.prompt]) for p in problems}
     score_keys = {p.task_id: settings_key([score_base, p.reference, p.fields]) for p in problems}
-    timing = {"generate_s": 0.0, "score_s": 0.0}
+    this_run: dict[str, float] = {"generate_s": 0.0, "score_s": 0.0}  # what this call did (0 when cached)
 
     def save() -> None:
         write_jsonl(cache_path, [cache[p.task_id] for p in problems if p.task_id in cache])
@@ -179,7 +179,8 @@ def evaluate(
             if not isinstance(source, SamplesSource):
                 save()
             bar.update(len(chunk))
-    timing["generate_s"] = time.perf_counter() - start
+    this_run["generate_s"] = time.perf_counter() - start
+    this_run["problems_generated"] = 0 if isinstance(source, SamplesSource) else len(todo)
 
     # 2. Scores: every sample of a problem whose verdicts are missing or stale.
     items = [(p, j) for p in problems if cache[p.task_id].get("score_key") != score_keys[p.task_id]
@@ -207,7 +208,8 @@ def evaluate(
                     del pending[p.task_id]
             save()
             bar.update(len(chunk))
-    timing["score_s"] = time.perf_counter() - start
+    this_run["score_s"] = time.perf_counter() - start
+    this_run["samples_scored"] = len(items)
     save()
 
     records = [cache[p.task_id] for p in problems]
@@ -219,7 +221,7 @@ def evaluate(
         "benchmark": {"name": spec.name, "version": spec.version, "description": spec.description},
         "verifier": {"name": spec.verifier.name, "options": spec.verifier.options},
         "metrics": compute_metrics(spec, problems, records, k_values, equal_pairs),
-        "timing": timing,
+        "this_run": this_run,
         "problems": [
             {"task_id": p.task_id, "reference": p.reference, **({"meta": p.meta} if p.meta else {}),
              "correct": [_is_correct(v) for v in r["verdicts"]],

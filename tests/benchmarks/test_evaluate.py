@@ -81,6 +81,7 @@ def test_generation_caching_and_resume(tmp_path: Path, fake_engine, exact_match,
     # Everything cached: nothing is generated or scored again.
     again = evaluate(ARITHMETIC, problems, engine_source(engine), scoring, tmp_path, show_progress=False)
     assert len(engine.prompts) == 6 and exact_match.calls == 6
+    assert (again["this_run"]["problems_generated"], again["this_run"]["samples_scored"]) == (0, 0)
     assert [p["correct"] for p in again["problems"]][:3] == [[True]] * 3
     # A new verifier setting rescoring everything, but generates nothing.
     rescored = ScoringSettings(verifier=exact_match, key_data={"v": 2}, pool=inline_pool)
