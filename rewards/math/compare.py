@@ -33,7 +33,7 @@ from rewards.math.parse import (
 
 Verdict = bool | None
 _WORDS_RE = re.compile(r"[A-Za-z][A-Za-z '\-]*")
-_MAX_ITEMS = 64  # larger lists are compared in order only, to bound the cost
+_MAX_ITEMS = 64  # longer lists are compared in order only: matching costs n^2 comparisons
 
 
 class Comparer:
@@ -223,6 +223,8 @@ def _unordered(g_items: tuple[Node, ...], p_items: tuple[Node, ...], cmp: Compar
         if len(g_items) != len(p_items):
             return False
     n = len(g_items)
+    if n > _MAX_ITEMS:  # n^2 comparisons would be too many: compare in order
+        return _all(compare(g, p, cmp) for g, p in zip(g_items, p_items))
     verdicts = [[compare(g, p, cmp) for p in p_items] for g in g_items]
     if _has_matching(verdicts, n, accept=(True,)):
         return True
@@ -232,7 +234,9 @@ def _unordered(g_items: tuple[Node, ...], p_items: tuple[Node, ...], cmp: Compar
 
 
 def _distinct(items: tuple[Node, ...], cmp: Comparer) -> tuple[Node, ...]:
-    """``items`` without later repeats of an earlier item (decided cheaply: equal strings)."""
+    """``items`` without later repeats of an earlier item (decided cheaply, without SymPy)."""
+    if len(items) > _MAX_ITEMS:
+        return items
     kept: list[Node] = []
     for item in items:
         if not any(item == k or compare(k, item, Comparer(cmp.float_rel_tol)) is True for k in kept):

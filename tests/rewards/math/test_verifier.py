@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 
 import pytest
 
@@ -108,3 +109,21 @@ def test_inside_score_batch_workers() -> None:
             pool=pool,
         )
     assert scores.scores == [1.0, 1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(",".join(str(i) for i in range(3000)), id="long-list"),
+        pytest.param(r" \cup ".join(f"[{i},{i + 1}]" for i in range(3000)), id="long-union"),
+        pytest.param(r"\{" + ",".join(f"x_{i}" for i in range(200)) + r"\}", id="set-of-200-symbols"),
+    ],
+)
+def test_huge_answers_are_cheap(answer: str) -> None:
+    # The cheap path has no time limit, so its cost must stay bounded: matching is n^2,
+    # capped to ordered comparison beyond 64 items, and huge answers only compare as strings.
+    start = time.perf_counter()
+    for gold in ("1", r"\{1, 2\}", answer.replace("1", "7", 1)):
+        result = MathVerifier()(rf"\boxed{{{answer}}}", gold)
+        assert result.status == "ok" and result.score == 0.0
+    assert time.perf_counter() - start < 10.0
