@@ -198,3 +198,21 @@ def test_maj_equivalence_uses_the_verifier(has_math_verifier) -> None:
 
     equivalence = make_equivalence(rewards.get_verifier("math"), timeout=20, pool=None)
     assert equivalence([("0.5", "\\frac{1}{2}"), ("2", "3")]) == {("0.5", "\\frac{1}{2}")}
+
+
+def test_console_entry_point_scores_reference_samples(shared_data_dir: Path, tmp_path: Path, monkeypatch,
+                                                      capsys, has_math_verifier) -> None:
+    """``python -m benchmarks.samples`` writes the files; ``reasoning-rl-eval ... samples=`` scores them."""
+    if not has_math_verifier:
+        pytest.skip("the math verifier (rewards.math) is not available yet")
+    from benchmarks.cli import eval_main
+    from benchmarks.samples import main as samples_main
+
+    assert samples_main(["aime24", str(tmp_path / "refs"), "--data-dir", str(shared_data_dir)]) == 0
+    monkeypatch.setattr("sys.argv", ["reasoning-rl-eval", "benchmark=aime24", f"data_dir={shared_data_dir}",
+                                     f"samples={tmp_path / 'refs' / 'aime24.reference.jsonl'}",
+                                     f"output_dir={tmp_path / 'out'}", "progress=false"])
+    eval_main()
+    assert "aime24 v1 | samples:aime24.reference.jsonl | 30/30 correct on 30 problems" in capsys.readouterr().out
+    results = json.loads((tmp_path / "out" / "samples--aime24.reference" / "aime24" / "results.json").read_text())
+    assert results["dataset"]["num_problems"] == 30 and results["metrics"]["accuracy"]["value"] == 1.0
