@@ -1228,14 +1228,6 @@ def _decode(x: Any, refs: Any, depth: int = 0) -> Any:
         return range(int(v[0]), int(v[1]), int(v[2]))
     if tag == "ty":
         return _BUILTIN_TYPES[str(v)]
-    if tag == "m":
-        # The harness imports its own copy: only standard-library modules, never the program's object.
-        name = str(v)
-        if isinstance(refs, dict) or name.split(".")[0] not in sys.stdlib_module_names:
-            raise ValueError(f"module {name!r} cannot be shared with the tests")
-        import importlib
-
-        return importlib.import_module(name)
     if tag == "rn" and isinstance(refs, dict):
         return refs["namespace"][str(v)]
     if tag == "r":
@@ -1335,6 +1327,16 @@ class _Channel:
         reply = self.request({"op": "get", "name": name})
         if reply.get("missing"):
             raise KeyError(name)
+        value = reply.get("value")
+        if type(value) is dict and set(value) == {"m"}:
+            # `import math` in the program, `math.isclose` in an assert: the harness imports its
+            # own copy, only of the standard-library module of that very name.
+            if value["m"] != name or name not in sys.stdlib_module_names:
+                raise CandidateError(f"the program's {name!r} is module {value['m']!r}; tests may only "
+                                     "share a standard-library module under its own name")
+            import importlib
+
+            return importlib.import_module(name)
         return self._value(reply)
 
 

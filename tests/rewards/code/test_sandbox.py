@@ -60,6 +60,16 @@ def test_mbpp_function_named_like_a_builtin_and_setup_objects(box: Sandbox) -> N
     assert box.execute(tests.job(program, 5.0, {})).status == "passed"
 
 
+def test_modules_the_tests_borrow_are_the_harness_own(box: Sandbox) -> None:
+    # MBPP asserts use `math`/`sys` that only the program imported: the harness imports its own
+    # copy, and only of the standard-library module of that very name.
+    tests = FunctionalTests(asserts=("assert math.isclose(f(), 2.5)",))
+    assert box.execute(tests.job("import math\ndef f():\n    return 2.5", 5.0, {})).status == "passed"
+    assert box.execute(tests.job("import cmath as math\ndef f():\n    return 2.5", 5.0, {})).status == "failed"
+    fake = "class M:\n    def isclose(self, *a): return True\nmath = M()\ndef f():\n    return 9.0"
+    assert box.execute(tests.job(fake, 5.0, {})).status == "failed"
+
+
 def test_stdio_cases_each_a_fresh_process(box: Sandbox) -> None:
     program = "a, b = map(int, input().split())\nprint(a + b)\n"
     tests = StdioTests(cases=(("1 2\n", "3\n"), ("2 2", "5"), ("5 5", "10  \n\n")), case_timeout=2.0)
