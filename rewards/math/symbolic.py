@@ -4,12 +4,13 @@ Runs in a worker process under a hard time limit (see :mod:`rewards.math.limits`
 nothing here is imported by the cheap path. Two expressions are equal when
 
 1. they are the same SymPy tree, or
-2. they agree numerically: constants at 50 significant digits, expressions with
-   free symbols at several random points. The tolerance is *relative*
-   (``|a - b| <= tol * max(|a|, |b|)``), so tiny values are never equal just for
-   being small: ``1/2^99`` != ``1/2^98``. It is ``float_rel_tol`` when either side
-   contains a decimal (a rounded value) and 1e-30 (constants) / 1e-12 (random
-   points) when both are exact;
+2. they agree numerically. When either side contains a decimal (a rounded value):
+   within ``float_rel_tol``, *relative* (``|a - b| <= tol * max(|a|, |b|)``), so tiny
+   values are never equal just for being small (``1/2^99`` != ``1/2^98``). When both
+   are exact constants: their difference is zero (exactly for rationals, else SymPy's
+   adaptive evaluation at 50 digits certifies a non-zero difference or finds none), so
+   ``2^{2005} + 1`` != ``2^{2005}``. Expressions with free symbols: at several random
+   points, within 1e-12 relative and with no certified non-zero difference;
 3. the numbers cannot be computed (undefined functions, symbolic sums): ``simplify(a - b) == 0``.
 
 Random points are drawn from a fixed seed in [0.5, 2.5] (positive, so square roots
@@ -160,12 +161,14 @@ def expressions_equal(a: Any, b: Any, float_rel_tol: float, points: int) -> bool
     a, b = _plain_symbols(a), _plain_symbols(b)
     if a == b:
         return True
+    if any(e.has(sympy.oo, -sympy.oo, sympy.zoo) for e in (a, b)):
+        return False  # infinities are only equal as the same object (a == b above)
     inexact = a.has(sympy.Float) or b.has(sympy.Float)
     free = sorted(a.free_symbols | b.free_symbols, key=lambda s: s.name)
     if not free:
-        verdict = _numbers_close(a, b, float_rel_tol if inexact else _EXACT_CONSTANT_TOL)
+        verdict = _numbers_close(a, b, float_rel_tol) if inexact else _exact_constants_equal(a, b)
     else:
-        verdict = _agree_at_points(a, b, free, float_rel_tol if inexact else _EXACT_POINT_TOL, points)
+        verdict = _agree_at_points(a, b, free, float_rel_tol if inexact else _EXACT_POINT_TOL, points, not inexact)
     if verdict is not None:
         return verdict
     try:
@@ -250,6 +253,42 @@ def _plain_symbols(expr: Any) -> Any:
         return expr
 
 
+def _exact_constants_equal(a: Any, b: Any) -> bool | None:
+    """Two exact constants: equal when their difference is zero -- never "relatively
+    small" (``2^{2005}`` != ``2^{2005} + 1``). A rational difference is decided exactly;
+    otherwise SymPy's adaptive evaluation either certifies a non-zero difference or
+    finds none at 50 digits (then they are equal, unless a side cannot be evaluated)."""
+    try:
+        difference = (a - b).doit()
+        if difference.is_Rational:
+            return bool(difference == 0)
+        nonzero = _certainly_nonzero(difference.evalf(_DIGITS))
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError):
+        return None
+    if nonzero is None:
+        return _mp_close(a, b, _EXACT_CONSTANT_TOL)
+    return not nonzero
+
+
+def _certainly_nonzero(value: Any) -> bool | None:
+    """True when an evaluated difference is a number SymPy knows to be non-zero (a
+    Float carrying real precision, or an exact non-zero number); False for zero or a
+    precision-less zero from cancellation; None when it is not a number."""
+    try:
+        parts = value.as_real_imag()
+    except (TypeError, ValueError, AttributeError):
+        return None
+    for part in parts:
+        if not part.is_number:
+            return None
+        if part == 0:
+            continue
+        precision = getattr(part, "_prec", None)
+        if precision is None or precision > 10:
+            return True
+    return False
+
+
 def _numbers_close(a: Any, b: Any, tol: float) -> bool | None:
     try:
         x, y = complex(a.evalf(_DIGITS)), complex(b.evalf(_DIGITS))
@@ -281,8 +320,11 @@ def _mp_close(a: Any, b: Any, tol: float) -> bool | None:
         return None
 
 
-def _agree_at_points(a: Any, b: Any, free: list[Any], tol: float, points: int) -> bool | None:
-    """Compare at seeded random points; None when too few points give finite numbers."""
+def _agree_at_points(a: Any, b: Any, free: list[Any], tol: float, points: int, exact: bool) -> bool | None:
+    """Compare at seeded random points; None when too few points give finite numbers.
+
+    For exact expressions the difference itself is also evaluated (adaptively, so a
+    small difference between huge values is still seen: ``x + 2^{2005}`` vs ``x + 2^{2005} + 1``)."""
     checked = 0
     for subs in _points(free, points, _has_bounded_operator(a, b)):
         x, y = _evaluate(a, subs), _evaluate(b, subs)
@@ -290,6 +332,12 @@ def _agree_at_points(a: Any, b: Any, free: list[Any], tol: float, points: int) -
             continue
         if abs(x - y) > tol * max(abs(x), abs(y), 1e-300):
             return False
+        if exact:
+            try:
+                if _certainly_nonzero((a - b).evalf(30, subs=subs)):
+                    return False
+            except (TypeError, ValueError, AttributeError, ZeroDivisionError):
+                pass
         checked += 1
         if checked >= points:
             return True

@@ -40,6 +40,12 @@ TINY_VALUES = [  # Math-Verify judges these equal (absolute tolerance); they are
     (r"\frac{1}{2004!}", r"\frac{1}{2006!}", False),
     (r"\frac{1}{2^{99}}", r"2^{-99}", True),
     ("1e-30", "2e-30", False),
+    # ... and huge values are not equal for being relatively close either
+    ("2^{2005}", "2^{2005}+1", False),
+    (r"\sqrt{2}\cdot 10^{100}", r"\sqrt{2}\cdot 10^{100}+1", False),
+    ("x + 2^{2005}", "x + 2^{2005} + 1", False),
+    (r"\sin^2(1)+\cos^2(1)", "1", True),
+    (r"\sqrt{8}", r"2\sqrt{2}", True),
 ]
 
 SYMBOLIC = [
