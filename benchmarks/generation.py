@@ -7,7 +7,7 @@ loop does not know which one runs. vLLM is imported only when ``backend=vllm``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from reasoning_rl.rollout import Completion, SamplingConfig
@@ -57,16 +57,60 @@ class VLLMEngine:
         ]
 
 
-def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "float32",
-                batch_size: int = 16, seed: int = 0) -> tuple[Any, Any]:
-    """``(engine, tokenizer)`` for ``model`` (checkpoint folder or hub name) on ``backend``."""
-    if backend == "hf":
-        from reasoning_rl.models import load_pretrained, resolve_device
-        from reasoning_rl.rollout import HFEngine
+class LazyEngine:
+    """Builds the real engine on the first ``generate`` call, so a fully cached re-run
+    (or a sweep where only the newest checkpoint is new) loads no model weights."""
 
-        model_obj, tokenizer = load_pretrained(model, device=str(resolve_device(device)), dtype=dtype)
-        return HFEngine(model_obj, tokenizer, batch_size=batch_size), tokenizer
-    if backend == "vllm":
-        engine = VLLMEngine(model, dtype="auto" if dtype == "float32" else dtype, seed=seed)
-        return engine, engine.tokenizer
-    raise ValueError(f"unknown generation backend {backend!r}; expected 'hf' or 'vllm'")
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
+        self.engine: Any = None
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
+                 seed: int | None = None) -> list[list[Completion]]:
+        if self.engine is None:
+            self.engine = self._build()
+        return self.engine.generate(prompts, n, sampling, seed=seed)
+
+
+def load_tokenizer(model: str) -> Any:
+    """The model's tokenizer alone (for prompts and the chat template); cheap next to the weights."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    path = Path(model).expanduser()
+    if not path.exists() and (model.startswith((".", "/", "~")) or model.count("/") > 1):
+        raise FileNotFoundError(
+            f"model checkpoint folder {model!r} does not exist; pass a folder written by save_pretrained "
+            "(e.g. <run>/checkpoint-<step>) or a Hugging Face model name"
+        )
+    return AutoTokenizer.from_pretrained(str(path) if path.exists() else model)
+
+
+def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "float32",
+                batch_size: int = 16, seed: int = 0) -> tuple[LazyEngine, Any]:
+    """``(engine, tokenizer)`` for ``model`` (checkpoint folder or hub name) on ``backend``.
+
+    The engine loads the weights when it is first asked to generate.
+    """
+    if backend == "hf":
+        def build() -> Any:
+            from reasoning_rl.models import load_pretrained, resolve_device
+            from reasoning_rl.rollout import HFEngine
+
+            model_obj, tokenizer = load_pretrained(model, device=str(resolve_device(device)), dtype=dtype)
+            return HFEngine(model_obj, tokenizer, batch_size=batch_size)
+    elif backend == "vllm":
+        def build() -> Any:
+            return VLLMEngine(model, dtype="auto" if dtype == "float32" else dtype, seed=seed)
+
+        try:
+            import vllm  # noqa: F401  (fail now, not after the cache check)
+        except ImportError as exc:
+            raise ImportError(
+                "backend=vllm needs the vllm package, which is not installed: "
+                "pip install 'reasoning-rl[vllm]' on a CUDA machine, or use backend=hf"
+            ) from exc
+    else:
+        raise ValueError(f"unknown generation backend {backend!r}; expected 'hf' or 'vllm'")
+    return LazyEngine(build), load_tokenizer(model)

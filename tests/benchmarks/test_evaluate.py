@@ -162,11 +162,13 @@ def test_shipped_config_composes_with_the_schema() -> None:
             compose(config_name="eval", overrides=["benchmark=gsm8k", "limit=abc"])
 
 
-def test_checkpoint_sweep_writes_table_and_plot(tiny_run: Path, tmp_path: Path, has_math_verifier) -> None:
+def test_checkpoint_sweep_writes_table_and_plot(tiny_run: Path, tmp_path: Path, has_math_verifier,
+                                                monkeypatch) -> None:
     if not has_math_verifier:
         pytest.skip("the math verifier (rewards.math) is not available yet")
-    results = run(EvalConfig(benchmark="arithmetic", run_dir=str(tiny_run), limit=3, max_new_tokens=4,
-                             device="cpu", output_dir=str(tmp_path), progress=False))
+    config = EvalConfig(benchmark="arithmetic", run_dir=str(tiny_run), limit=3, max_new_tokens=4, device="cpu",
+                        output_dir=str(tmp_path), progress=False)
+    results = run(config)
     assert [r["model"]["step"] for r in results] == [5, 10]
     out = tmp_path / tiny_run.name
     table = (out / "sweep_arithmetic.md").read_text()
@@ -174,6 +176,15 @@ def test_checkpoint_sweep_writes_table_and_plot(tiny_run: Path, tmp_path: Path, 
     assert (out / "sweep_arithmetic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "checkpoint-10" / "arithmetic" / "results.json").exists()
     assert "arithmetic v1" in (tmp_path / "summary.md").read_text()
+
+    # Re-running the sweep finds everything cached and never loads the weights.
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a fully cached re-run must not load the model")
+
+    monkeypatch.setattr("reasoning_rl.models.load_pretrained", no_loading)
+    again = run(config)
+    assert [(r["this_run"]["problems_generated"], r["this_run"]["samples_scored"]) for r in again] == [(0, 0)] * 2
+    assert [r["metrics"] for r in again] == [r["metrics"] for r in results]
 
 
 def test_vllm_backend_without_vllm_says_how_to_install() -> None:
