@@ -1,21 +1,14 @@
-"""Fixtures for the code-sandbox tests: one sandbox per isolation level, shared by a module."""
+"""Fixtures for the code-sandbox tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from rewards.code.sandbox import Sandbox, SandboxError, detect_isolation
-
-
-def level_or_skip(level: str) -> str:
-    try:
-        return detect_isolation(level)
-    except SandboxError as exc:
-        pytest.skip(str(exc))
+from rewards.code.sandbox import Sandbox
 
 
 @pytest.fixture(scope="module")
 def box() -> Sandbox:
-    """A sandbox at the strongest level this machine offers."""
+    """A sandbox at the strongest level this machine offers (or $REASONING_RL_SANDBOX)."""
     with Sandbox() as sandbox:
         yield sandbox
