@@ -53,7 +53,8 @@ Protected at every level (each has an adversarial test in tests/rewards/code/):
   processes (RLIMIT_NPROC, per uid); stdout/stderr go to files capped by RLIMIT_FSIZE.
 * clean-up: C is pid 1 of its own PID namespace (bwrap, unshare), so killing it kills
   every process it started, daemonised or not; without namespaces every process of its
-  uid is killed. Its working directory is deleted after every program.
+  uid is killed (as root), or -- same uid as the caller -- its process group and every
+  process re-parented to P (P is their subreaper). Its working directory is deleted.
 * time: a wall-clock deadline enforced from outside (P kills C, the harness stops waiting,
   the host kills the whole sandbox if Z does not answer); RLIMIT_CPU as a backstop.
 
@@ -952,8 +953,21 @@ def _kill_leftovers(uid: int, pid: int, pidns: bool) -> None:
             os._exit(0)
         os.waitpid(helper, 0)
     else:
+        # Same uid as us: C's process group, then (we are their subreaper, and the next warm C
+        # is not forked yet) every child we have -- daemons that left the group land here.
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
+        for _ in range(20):
+            children = _children_of(os.getpid())
+            if not children:
+                break
+            for child in children:
+                with contextlib.suppress(OSError):
+                    os.kill(child, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            time.sleep(0.005)
     while True:  # reap orphans handed to us as subreaper
         try:
             reaped, _ = os.waitpid(-1, os.WNOHANG)
@@ -961,6 +975,20 @@ def _kill_leftovers(uid: int, pid: int, pidns: bool) -> None:
             break
         if reaped == 0:
             break
+
+
+def _children_of(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent and fields[0] != "Z":
+                found.append(int(entry))
+    return found
 
 
 def _candidate_main(libc: Any, fds: dict[str, int], chan_fd: int, work: str, uid: int) -> None:
