@@ -34,7 +34,7 @@ class EvalConfig:
     data_files: str | None = None
     """One local data file for the (single) benchmark, overriding ``data_dir`` and the hub."""
     split: str | None = None
-    """Dataset split to use instead of the definition's."""
+    """Hub (or generator) split to use instead of the definition's; local files are one split each."""
     limit: int | None = None
     """Evaluate only the first ``limit`` problems."""
 

@@ -80,6 +80,9 @@ def resolve_local_file(source: DatasetSource, data_dir: str | Path | None, data_
 def load_rows(source: DatasetSource, data_dir: str | Path | None = None, data_files: str | None = None,
               split: str | None = None) -> tuple[list[dict[str, Any]], str]:
     """The rows of ``source`` and a description of where they came from (for result files)."""
+    if split is not None and not source.generator and resolve_local_file(source, data_dir, data_files) is not None:
+        raise ValueError(f"split={split!r} picks a hub split, but a local file is in use; "
+                         "pass that split's file with data_files= instead")
     split = split or source.split
     if source.generator:
         module_name, _, fn_name = source.generator.partition(":")

@@ -159,7 +159,8 @@ def evaluate(
     this_run: dict[str, float] = {"generate_s": 0.0, "score_s": 0.0}  # what this call did (0 when cached)
 
     def save() -> None:
-        write_jsonl(cache_path, [cache[p.task_id] for p in problems if p.task_id in cache])
+        # Every cached problem is kept, also those outside this run's `limit`.
+        write_jsonl(cache_path, list(cache.values()))
 
     # 1. Completions: reuse those made with the same settings, generate the rest.
     todo = [i for i, p in enumerate(problems)
@@ -215,11 +216,11 @@ def evaluate(
     records = [cache[p.task_id] for p in problems]
     equal_pairs: set[tuple[str, str]] = set()
     if "maj@k" in spec.metrics and answer_equivalence is not None:
-        equal_pairs = answer_equivalence(_distinct_answer_pairs(records, max(k_values)))
+        equal_pairs = answer_equivalence(_distinct_answer_pairs(records, max(k_values, default=1)))
     results = {
         **(header or {}),
         "benchmark": {"name": spec.name, "version": spec.version, "description": spec.description},
-        "verifier": {"name": spec.verifier.name, "options": spec.verifier.options},
+        "verifier": {"name": spec.verifier.name, "options": scoring.key_data.get("options", spec.verifier.options)},
         "metrics": compute_metrics(spec, problems, records, k_values, equal_pairs),
         "this_run": this_run,
         "problems": [

@@ -87,6 +87,10 @@ def test_generation_caching_and_resume(tmp_path: Path, fake_engine, exact_match,
     rescored = ScoringSettings(verifier=exact_match, key_data={"v": 2}, pool=inline_pool)
     evaluate(ARITHMETIC, problems, engine_source(engine), rescored, tmp_path, show_progress=False)
     assert len(engine.prompts) == 6 and exact_match.calls == 12
+    # A smaller limit uses the cache and keeps the other problems' entries in it.
+    evaluate(ARITHMETIC, problems[:2], engine_source(engine), rescored, tmp_path, show_progress=False)
+    assert len(engine.prompts) == 6 and exact_match.calls == 12
+    assert len((tmp_path / "problems.jsonl").read_text().splitlines()) == 6
     # overwrite=True redoes both.
     evaluate(ARITHMETIC, problems, engine_source(engine), rescored, tmp_path, overwrite=True, show_progress=False)
     assert len(engine.prompts) == 12 and exact_match.calls == 18
