@@ -64,7 +64,7 @@ class EvalConfig:
     device: str = "auto"
     """``auto``, ``cpu``, ``cuda``..."""
     dtype: str = "float32"
-    """Model dtype: float32, bfloat16, float16."""
+    """Model dtype: float32, bfloat16, float16 (vllm: float32 means the checkpoint's own dtype)."""
     batch_size: int = 16
     """Sequences per ``generate`` call (hf backend)."""
     generation_chunk: int = 32

@@ -99,7 +99,8 @@ class BenchmarkSpec:
     requires_code_execution: bool = False
     """True for benchmarks that run model-written code (needs ``allow_code_execution=true``)."""
     stop: tuple[str, ...] = ()
-    """Stop strings for generation."""
+    """Stop strings for raw-prompt generation (a base model continuing the prompt); not used with a
+    chat template, where the answer comes in the model's own format (e.g. a fenced code block)."""
     score_timeout: float = 10.0
     """Seconds before one verifier call is killed (status ``timeout``); ``score_timeout=`` overrides it."""
     fewshot: FewShotSpec | None = None

@@ -146,7 +146,8 @@ class Evaluator:
         scoring, equivalence = self.scoring(spec)
         shots = fewshot_pairs(spec, cfg.num_fewshot, cfg.data_dir)
         use_chat = bool(getattr(tokenizer, "chat_template", None)) if cfg.chat_template is None else cfg.chat_template
-        sampling = sampling_config(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens, spec.stop)
+        sampling = sampling_config(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens,
+                                   () if use_chat else spec.stop)
         settings = {"model": str(model), "benchmark": spec.key, "n": cfg.n, "sampling": dataclasses.asdict(sampling),
                     "chat_template": use_chat, "system_prompt": cfg.system_prompt, "num_fewshot": cfg.num_fewshot,
                     "seed": cfg.seed, "backend": cfg.backend}

@@ -75,9 +75,11 @@ class FakeEngine:
         self.answers = answers or {}
         self.default = default
         self.prompts: list[str] = []
+        self.samplings: list[Any] = []
 
     def generate(self, prompts: list[str], n: int, sampling: Any, seed: int | None = None) -> list[list[FakeCompletion]]:
         self.prompts.extend(prompts)
+        self.samplings.append(sampling)
         out = []
         for p in prompts:
             texts = self.answers.get(p, [self.default] * n)

@@ -231,3 +231,28 @@ def test_console_entry_point_scores_reference_samples(shared_data_dir: Path, tmp
     assert "aime24 v1 | samples:aime24.reference.jsonl | 30/30 correct on 30 problems" in capsys.readouterr().out
     results = json.loads((tmp_path / "out" / "samples--aime24.reference" / "aime24" / "results.json").read_text())
     assert results["dataset"]["num_problems"] == 30 and results["metrics"]["accuracy"]["value"] == 1.0
+
+
+@pytest.mark.parametrize(("chat", "expected_stop"), [(False, ["\n"]), (True, [])])
+def test_stop_strings_apply_to_raw_prompts_only(chat: bool, expected_stop: list[str], tmp_path: Path, fake_engine,
+                                                has_math_verifier) -> None:
+    if not has_math_verifier:
+        pytest.skip("the math verifier (rewards.math) is not available yet")
+    import dataclasses
+
+    from benchmarks.runner import Evaluator
+
+    class Tokenizer:
+        chat_template = "set"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            return "<chat>" + messages[-1]["content"]
+
+    spec = dataclasses.replace(ARITHMETIC, stop=("\n",))
+    engine = fake_engine()
+    evaluator = Evaluator(EvalConfig(benchmark="arithmetic", limit=2, chat_template=chat, progress=False,
+                                     output_dir=str(tmp_path)))
+    results = evaluator.run_model(spec, engine, Tokenizer(), "fake", tmp_path / "out")
+    assert engine.samplings[0].stop == expected_stop
+    assert all(p.startswith("<chat>") == chat for p in engine.prompts)
+    assert results["model"]["generation"]["chat_template"] is chat
