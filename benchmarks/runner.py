@@ -202,6 +202,8 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
         results += run_sweep(evaluator, specs)
     for r in results:
         print(result_line(r))
+        for line in breakdown_lines(r):
+            print(line)
     summary = write_summary(cfg.output_dir)
     print(f"summary: {summary}")
     return results
@@ -248,6 +250,15 @@ def result_line(r: dict[str, Any]) -> str:
     return (f"{r['benchmark']['name']} v{r['benchmark']['version']} | {model_label(r)} | "
             f"{c['correct']}/{c['samples']} correct on {c['problems']} problems | accuracy {format_metric(m['accuracy'])}%"
             + (f" | {extra}" if extra else "") + (f" | not scored: {failures}" if failures else ""))
+
+
+def breakdown_lines(r: dict[str, Any]) -> list[str]:
+    """``  level: 1 95.35 ± 3.25 (43) | 2 ...`` per breakdown field (accuracy, percent, problem count)."""
+    lines = []
+    for field, groups in r["metrics"].get("breakdown", {}).items():
+        cells = " | ".join(f"{g} {format_metric(m)} ({m['num_problems']})" for g, m in groups.items())
+        lines.append(f"  {field}: {cells}")
+    return lines
 
 
 def write_summary(output_dir: str | Path) -> Path:

@@ -47,6 +47,11 @@ def test_reference_samples_score_100_and_corrupted_0(name: str, shared_data_dir:
         assert counts["problems"] == len(problems)
         assert wrong_ids(results, expected) == [], f"{path.name}: {counts}"
         assert results["metrics"]["accuracy"]["value"] == (1.0 if expected else 0.0)
+        for field, groups in results["metrics"].get("breakdown", {}).items():
+            assert sum(g["num_problems"] for g in groups.values()) == len(problems), field
+            assert {g["value"] for g in groups.values()} == {1.0 if expected else 0.0}
+    if name == "math500":
+        assert sorted(results["metrics"]["breakdown"]["level"]) == ["1", "2", "3", "4", "5"]
 
 
 @pytest.mark.parametrize(("answer", "wrong"), [("18", "19"), ("025", "26"), ("-3", "-2"), ("0.5", "1.5"),
