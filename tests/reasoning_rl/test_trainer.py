@@ -33,7 +33,7 @@ def test_end_to_end_logs_checkpoints_and_reloads(small_cfg, tmp_path):
     metrics = read_metrics(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     for m in metrics:
-        assert EXPECTED_METRICS <= set(m), EXPECTED_METRICS - set(m)
+        assert set(m) >= EXPECTED_METRICS, EXPECTED_METRICS - set(m)
     assert metrics[0]["kl/mean"] == pytest.approx(0.0, abs=1e-6)  # policy == reference at step 1
     rows = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
     assert len(rows) == 4 * 2 * 4  # steps * prompts * group
