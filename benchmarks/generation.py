@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from reasoning_rl.rollout import Completion, SamplingConfig
+from reasoning_rl.rollout import Completion, SamplingConfig, VLLMEngine, require_vllm
 
 
 def sampling_config(temperature: float, top_p: float, top_k: int, max_new_tokens: int,
@@ -19,42 +19,6 @@ def sampling_config(temperature: float, top_p: float, top_k: int, max_new_tokens
     greedy = temperature <= 0
     return SamplingConfig(temperature=1.0 if greedy else temperature, top_p=top_p, top_k=top_k,
                           max_new_tokens=max_new_tokens, do_sample=not greedy, stop=list(stop))
-
-
-class VLLMEngine:
-    """vLLM offline engine behind the rollout-engine ``generate`` signature."""
-
-    def __init__(self, name_or_path: str, dtype: str = "auto", seed: int = 0, **llm_options: Any) -> None:
-        try:
-            from vllm import LLM
-        except ImportError as exc:
-            raise ImportError(
-                "backend=vllm needs the vllm package, which is not installed: "
-                "pip install 'reasoning-rl[vllm]' on a CUDA machine, or use backend=hf"
-            ) from exc
-        self.llm = LLM(model=name_or_path, dtype=dtype, seed=seed, **llm_options)
-        self.tokenizer = self.llm.get_tokenizer()
-
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
-                 seed: int | None = None) -> list[list[Completion]]:
-        from vllm import SamplingParams
-
-        params = SamplingParams(
-            n=n,
-            temperature=sampling.temperature if sampling.do_sample else 0.0,
-            top_p=sampling.top_p if sampling.do_sample else 1.0,
-            top_k=(sampling.top_k or -1) if sampling.do_sample else -1,
-            max_tokens=sampling.max_new_tokens,
-            stop=list(sampling.stop) or None,
-            seed=seed,
-        )
-        outputs = self.llm.generate(list(prompts), params, use_tqdm=False)
-        return [
-            [Completion(text=o.text, token_ids=list(o.token_ids),
-                        finish_reason="length" if o.finish_reason == "length" else "stop")
-             for o in out.outputs]
-            for out in outputs
-        ]
 
 
 class LazyEngine:
@@ -104,13 +68,7 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
         def build() -> Any:
             return VLLMEngine(model, dtype="auto" if dtype == "float32" else dtype, seed=seed)
 
-        try:
-            import vllm  # noqa: F401  (fail now, not after the cache check)
-        except ImportError as exc:
-            raise ImportError(
-                "backend=vllm needs the vllm package, which is not installed: "
-                "pip install 'reasoning-rl[vllm]' on a CUDA machine, or use backend=hf"
-            ) from exc
+        require_vllm()  # fail now, not after the cache check
     else:
         raise ValueError(f"unknown generation backend {backend!r}; expected 'hf' or 'vllm'")
     return LazyEngine(build), load_tokenizer(model)

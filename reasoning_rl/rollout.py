@@ -142,16 +142,63 @@ def _cut_at_stop(ids: list[int], text: str, stops: list[str], tokenizer: Any) ->
     return ids, text[:cut], True
 
 
+class VLLMEngine:
+    """vLLM offline engine (GPU) behind the same ``generate`` signature, loading weights from a
+    checkpoint folder or hub name; used by evaluation."""
+
+    def __init__(self, name_or_path: str, dtype: str = "auto", seed: int = 0, **llm_options: Any) -> None:
+        require_vllm()
+        from vllm import LLM
+
+        self.llm = LLM(model=name_or_path, dtype=dtype, seed=seed, **llm_options)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
+                 seed: int | None = None) -> list[list[Completion]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            n=n,
+            temperature=sampling.temperature if sampling.do_sample else 0.0,
+            top_p=sampling.top_p if sampling.do_sample else 1.0,
+            top_k=(sampling.top_k or -1) if sampling.do_sample else -1,
+            max_tokens=sampling.max_new_tokens,
+            stop=list(sampling.stop) or None,
+            seed=seed,
+        )
+        outputs = self.llm.generate(list(prompts), params, use_tqdm=False)
+        return [
+            [Completion(text=o.text, token_ids=list(o.token_ids),
+                        finish_reason="length" if o.finish_reason == "length" else "stop")
+             for o in out.outputs]
+            for out in outputs
+        ]
+
+
+def require_vllm() -> None:
+    """Fail with an install hint when the optional vLLM extra is missing."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            "backend=vllm needs the vllm package, which is not installed: "
+            "pip install 'reasoning-rl[vllm]' on a CUDA machine, or use backend=hf"
+        ) from exc
+
+
 def make_engine(backend: str, model: Any, tokenizer: Any, **options: Any) -> RolloutEngine:
-    """Build a rollout engine by name: ``hf`` (always available) or ``vllm`` (optional extra)."""
+    """Training rollout engine for an in-memory policy: ``hf`` (transformers generate).
+
+    vLLM serves evaluation from saved weights (:class:`VLLMEngine`); training rollouts with
+    vLLM also need the policy's weights pushed into the engine after every update, which
+    is not built yet, so ``rollout.backend=vllm`` is refused with that reason.
+    """
     if backend == "hf":
         return HFEngine(model, tokenizer, **options)
     if backend == "vllm":
-        try:
-            import vllm  # noqa: F401
-        except ImportError as exc:
-            raise ImportError(
-                "rollout backend 'vllm' needs the vllm package: pip install 'reasoning-rl[vllm]' on a CUDA machine"
-            ) from exc
-        raise NotImplementedError("the vLLM rollout backend is planned; use rollout.backend=hf for now")
+        require_vllm()
+        raise ValueError(
+            "rollout.backend=vllm for training needs policy-weight syncing into vLLM, which reasoning-rl "
+            "does not have yet; use rollout.backend=hf (vLLM works for evaluation: reasoning-rl-eval backend=vllm)"
+        )
     raise ValueError(f"unknown rollout backend {backend!r}; expected 'hf' or 'vllm'")
