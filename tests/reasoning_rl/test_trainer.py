@@ -126,3 +126,39 @@ def test_none_rewards_get_zero_advantage(small_cfg, tmp_path):
     assert ro.advantages.abs().sum() == 0
     assert ro.verifier_failures["unscorable"] == 8
     assert not math.isnan(float(ro.advantages.sum()))
+
+
+def test_generic_hugging_face_path_with_chat_template(small_cfg, tmp_path):
+    """A randomly initialised tiny Qwen2 saved with save_pretrained plus a locally built
+    tokenizer with a chat template: the same loop through AutoModelForCausalLM /
+    AutoTokenizer, as a real model such as Qwen2.5-0.5B-Instruct takes."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
+
+    from reasoning_rl.models import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, intermediate_size=64, max_position_embeddings=256,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model_dir = tmp_path / "qwen2-tiny"
+    AutoModelForCausalLM.from_config(config).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    assert AutoTokenizer.from_pretrained(model_dir).chat_template
+
+    small_cfg.model.name_or_path = str(model_dir)
+    small_cfg.task.use_chat_template = True
+    small_cfg.task.system_prompt = "Answer with a number."
+    small_cfg.trainer.steps = 2
+    trainer, _ = _train(small_cfg, tmp_path / "run")
+    assert type(trainer.model).__name__ == "Qwen2ForCausalLM"
+    assert trainer.train_examples[0].prompt.startswith("<|system|>Answer with a number.")
+    assert trainer.train_examples[0].prompt.endswith("<|assistant|>")
+    assert len(read_metrics(tmp_path / "run" / "metrics.jsonl")) == 2
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-2")
+    assert type(reloaded).__name__ == "Qwen2ForCausalLM"
+
+
+def test_missing_checkpoint_is_a_clear_error(small_cfg, tmp_path):
+    small_cfg.model.name_or_path = str(tmp_path / "no-such-checkpoint")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        GRPOTrainer(small_cfg, tmp_path / "run")
