@@ -26,11 +26,13 @@ def make_arithmetic_dataset(
     max_operand: int = 20,
     operations: str = "+-*",
     test_fraction: float = 0.2,
+    cycle: bool = True,
 ) -> list[dict]:
     """``num_examples`` problems from ``split`` (``train``/``test``), sampled with ``seed``.
 
     Each row: ``id``, ``question`` ("What is 7 * 8?"), ``answer`` ("56"). When the
-    split holds fewer problems than asked, it is cycled in a new random order.
+    split holds fewer problems than asked, it is cycled in a new random order, or, with
+    ``cycle=False`` (evaluation), every problem is returned once.
     """
     if split not in ("train", "test"):
         raise ValueError(f"arithmetic split must be 'train' or 'test', got {split!r}")
@@ -47,6 +49,8 @@ def make_arithmetic_dataset(
     if not pool:
         raise ValueError(f"the arithmetic {split} split is empty; raise max_operand or test_fraction")
     rng = random.Random(seed)
+    if not cycle:
+        num_examples = min(num_examples, len(pool))
     rows: list[dict] = []
     while len(rows) < num_examples:
         order = pool[:]

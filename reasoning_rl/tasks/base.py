@@ -35,7 +35,7 @@ class ArithmeticConfig:
     num_train: int = 4000
     """Training rows generated (the train split is cycled if it is smaller)."""
     num_eval: int = 200
-    """Held-out rows generated."""
+    """Held-out problems (at most the size of the test split; never repeated)."""
 
 
 @dataclass
@@ -120,6 +120,7 @@ class Task:
                 a.num_train if is_train else a.num_eval, seed=0 if is_train else 1,
                 split="train" if is_train else "test", max_operand=a.max_operand,
                 operations=a.operations, test_fraction=a.test_fraction,
+                cycle=is_train,  # held-out problems are each evaluated once
             )
         else:
             rows = _load_dataset_rows(cfg, split)
