@@ -96,7 +96,7 @@ def test_generation_caching_and_resume(tmp_path: Path, fake_engine, exact_match,
     assert len(engine.prompts) == 12 and exact_match.calls == 18
 
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["benchmark"] == {"name": "arithmetic", "version": 1, "description": ARITHMETIC.description}
+    assert results["benchmark"] == {"name": "arithmetic", "version": ARITHMETIC.version, "description": ARITHMETIC.description}
     assert not list(tmp_path.glob(".*.tmp")), "atomic writes leave no temporary files"
 
 
