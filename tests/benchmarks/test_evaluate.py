@@ -179,7 +179,7 @@ def test_checkpoint_sweep_writes_table_and_plot(tiny_run: Path, tmp_path: Path, 
     assert "| 5 | checkpoint-5 |" in table and "| 10 | checkpoint-10 |" in table
     assert (out / "sweep_arithmetic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "checkpoint-10" / "arithmetic" / "results.json").exists()
-    assert "arithmetic v1" in (tmp_path / "summary.md").read_text()
+    assert f"arithmetic v{ARITHMETIC.version}" in (tmp_path / "summary.md").read_text()
 
     # Re-running the sweep finds everything cached and never loads the weights.
     def no_loading(*args, **kwargs):
