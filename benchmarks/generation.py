@@ -38,17 +38,12 @@ class LazyEngine:
 
 def load_tokenizer(model: str) -> Any:
     """The model's tokenizer alone (for prompts and the chat template); cheap next to the weights."""
-    from pathlib import Path
-
     from transformers import AutoTokenizer
 
-    path = Path(model).expanduser()
-    if not path.exists() and (model.startswith((".", "/", "~")) or model.count("/") > 1):
-        raise FileNotFoundError(
-            f"model checkpoint folder {model!r} does not exist; pass a folder written by save_pretrained "
-            "(e.g. <run>/checkpoint-<step>) or a Hugging Face model name"
-        )
-    return AutoTokenizer.from_pretrained(str(path) if path.exists() else model)
+    from reasoning_rl.models import local_model_path
+
+    path = local_model_path(model)
+    return AutoTokenizer.from_pretrained(str(path) if path is not None else model)
 
 
 def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "float32",

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -67,7 +66,6 @@ def _hydra_main(cfg: DictConfig) -> float:
         ws = summary["warm_start"]
         print(f"warm start: {ws['steps']} supervised steps, probe accuracy {ws['probe_accuracy']:.1%}")
     after = summary.get("eval_after") or {}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return float(after.get("greedy_accuracy", 0.0))
 
 

@@ -149,6 +149,23 @@ def load_model(cfg: ModelConfig) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def local_model_path(name_or_path: str) -> Path | None:
+    """The local folder ``name_or_path`` names, or None for a hub name.
+
+    Something that looks like a path (``./x``, ``/x``, ``~/x``, ``a/b/c``) but does not
+    exist is an error that says what was expected, not a hub lookup.
+    """
+    path = Path(name_or_path).expanduser()
+    if not (path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1):
+        return None
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"model checkpoint folder {str(path)!r} does not exist; pass a folder written by "
+            "save_pretrained (e.g. <run>/checkpoint-<step>) or a Hugging Face model name"
+        )
+    return path
+
+
 def load_pretrained(
     name_or_path: str,
     device: str = "cpu",
@@ -163,30 +180,23 @@ def load_pretrained(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = Path(name_or_path).expanduser()
-    looks_local = path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
-    if looks_local:
-        if not path.is_dir():
-            raise FileNotFoundError(
-                f"model checkpoint folder {str(path)!r} does not exist; pass a folder written by "
-                "save_pretrained (e.g. <run>/checkpoint-<step>) or a Hugging Face model name"
-            )
-        if not (path / "config.json").exists():
-            raise FileNotFoundError(
-                f"{str(path)!r} holds no config.json, so it is not a saved model; "
-                "checkpoints are the checkpoint-<step> subfolders of a run"
-            )
+    path = local_model_path(name_or_path)
+    if path is not None and not (path / "config.json").exists():
+        raise FileNotFoundError(
+            f"{str(path)!r} holds no config.json, so it is not a saved model; "
+            "checkpoints are the checkpoint-<step> subfolders of a run"
+        )
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype), "trust_remote_code": trust_remote_code}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path) if looks_local else name_or_path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(str(path) if path is not None else name_or_path, **kwargs)
     except (OSError, ValueError) as exc:
         raise OSError(
             f"could not load model {name_or_path!r}: {exc}\n"
             "Offline machines need a local folder (or a populated HF cache); the built-in model is `tiny`."
         ) from exc
-    tokenizer = AutoTokenizer.from_pretrained(str(path) if looks_local else name_or_path,
+    tokenizer = AutoTokenizer.from_pretrained(str(path) if path is not None else name_or_path,
                                               trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
