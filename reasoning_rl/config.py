@@ -106,6 +106,10 @@ class TrainerConfig:
     """Show a tqdm progress bar."""
     num_threads: int | None = None
     """torch.set_num_threads (null = torch's default)."""
+    shared_prompt_forward: bool = True
+    """Encode each group's prompt once in the policy and reference forward passes and
+    reuse its key/value cache for the G completions (exact: same log-probs and gradients;
+    reasoning_rl.logprobs). false = every row runs prompt + completion in full."""
 
 
 @dataclass

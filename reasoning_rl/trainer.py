@@ -233,14 +233,22 @@ class GRPOTrainer:
     def _frozen_logprobs(self, model: Any, prompts: Sequence[Sequence[int]], comps: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Per-sequence log-probs (1-D tensors, one per completion) under a frozen model."""
         out: list[torch.Tensor] = []
-        mb = self.cfg.algo.micro_batch_size
+        mb, group = self._micro_batch()
         for s in range(0, len(prompts), mb):
             packed = pack(prompts[s:s + mb], comps[s:s + mb], self.tokenizer.pad_token_id).to(self.device)
             logp, _ = completion_logprobs(model, packed.input_ids, packed.attention_mask, packed.completion_start,
-                                          self.sampling.temperature)
+                                          self.sampling.temperature, group_size=group)
             for row, c in zip(logp, comps[s:s + mb]):
                 out.append(row[: len(c)].float().cpu())
         return out
+
+    def _micro_batch(self) -> tuple[int, int]:
+        """(rows per micro-batch, rows sharing a prompt). With the shared-prompt forward a
+        micro-batch holds whole groups: max(1, micro_batch_size // G) prompts x G completions."""
+        a = self.cfg.algo
+        if not self.cfg.trainer.shared_prompt_forward or a.group_size == 1:
+            return a.micro_batch_size, 1
+        return a.group_size * max(1, a.micro_batch_size // a.group_size), a.group_size
 
     def update(self, ro: Rollouts) -> dict[str, float]:
         """mu optimisation steps on -J(theta) over this step's rollouts."""
@@ -259,14 +267,15 @@ class GRPOTrainer:
         max_tokens = float(self.sampling.max_new_tokens)
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "policy", "kl", "clip_low", "clip_high", "ratio",
                                                           "entropy", "grad_norm")}
+        mb, group = self._micro_batch()
         for _ in range(a.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            for s in range(0, n, a.micro_batch_size):
-                e = min(n, s + a.micro_batch_size)
+            for s in range(0, n, mb):
+                e = min(n, s + mb)
                 packed = pack(prompts[s:e], comps[s:e], self.tokenizer.pad_token_id).to(self.device)
                 logp, entropy = completion_logprobs(self.model, packed.input_ids, packed.attention_mask,
                                                     packed.completion_start, self.sampling.temperature,
-                                                    with_entropy=True)
+                                                    with_entropy=True, group_size=group)
                 mask = packed.completion_mask
                 old_logp = logp.detach() if old is None else _pad_rows(old[s:e], mask.shape[1]).to(self.device)
                 ref_logp = None if ref is None else _pad_rows(ref[s:e], mask.shape[1]).to(self.device)

@@ -84,6 +84,24 @@ def test_resume_matches_uninterrupted_run(small_cfg, tmp_path):
             assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (a["step"], key)
 
 
+def test_shared_prompt_forward_trains_like_the_full_forward(small_cfg, tmp_path):
+    """Same seed, same steps: encoding each group's prompt once changes nothing but speed."""
+    from rewards.compose import RewardSpec
+
+    small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]  # varies within groups
+    small_cfg.trainer.steps = 3
+    small_cfg.evaluation.enabled = False
+    small_cfg.algo.micro_batch_size = 8  # whole groups either way: the same accumulation
+    for shared in (True, False):
+        small_cfg.trainer.shared_prompt_forward = shared
+        _train(small_cfg, tmp_path / str(shared))
+    a, b = (read_metrics(tmp_path / str(shared) / "metrics.jsonl") for shared in (True, False))
+    assert any(m["advantage/abs_mean"] > 0 for m in a)  # the updates did something
+    for x, y in zip(a, b):
+        for key in ("reward/mean", "loss/total", "kl/mean", "entropy/mean", "grad/norm"):
+            assert x[key] == pytest.approx(y[key], rel=1e-3, abs=1e-5), (x["step"], key)
+
+
 def test_num_iterations_reuses_rollouts(small_cfg, tmp_path):
     from rewards.compose import RewardSpec
 
