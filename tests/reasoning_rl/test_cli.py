@@ -40,6 +40,22 @@ def test_variant_presets():
     assert (dr.advantage, dr.loss_aggregation) == ("dr_grpo", "constant")
 
 
+def test_default_run_recipe_applies_to_its_combination_only():
+    default = to_train_config(_compose([]))
+    assert (default.algo.name, default.task.name, default.model.name_or_path) == ("grpo", "arithmetic", "tiny")
+    assert (default.algo.lr_schedule, default.algo.lr_warmup_steps, default.trainer.steps) == ("cosine", 10, 600)
+    assert default.algo.beta > 0  # the paper's structure: KL to the reference stays
+    # Another algorithm, task or model on the same defaults: the recipe is left out.
+    dapo = to_train_config(_compose(["algo=dapo"]))
+    assert (dapo.algo.beta, dapo.algo.lr_schedule, dapo.trainer.steps) == (0.0, "constant", 200)
+    qwen = to_train_config(_compose(["model=qwen2.5-0.5b-instruct"]))
+    assert (qwen.algo.beta, qwen.algo.lr_schedule) == (0.04, "constant")
+    # The command line beats the recipe; `~recipe` drops it.
+    assert to_train_config(_compose(["algo.beta=0.0", "trainer.steps=5"])).algo.beta == 0.0
+    bare = to_train_config(_compose(["~recipe"]))
+    assert (bare.algo.beta, bare.algo.lr_schedule, bare.trainer.steps) == (0.04, "constant", 200)
+
+
 def test_typo_in_override_names_the_key():
     with pytest.raises(Exception, match="group_sise"):
         _compose(["algo.group_sise=4"])
