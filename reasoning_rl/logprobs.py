@@ -52,10 +52,10 @@ def completion_logprobs(
     each prompt then goes through the model once instead of G times (same numbers,
     gradients included; see ``_shared_prompt_logits``).
     """
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     if group_size > 1:
-        logits = _shared_prompt_logits(model, input_ids, attention_mask, completion_start, group_size)
+        logits = _shared_prompt_logits(model, input_ids, attention_mask, position_ids, completion_start, group_size)
     else:
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                        use_cache=False).logits  # [B, P+L, V]
         logits = logits[:, completion_start - 1:-1, :]  # [B, L, V]
@@ -76,7 +76,8 @@ def _cache_argument(model: Any) -> str:
 
 
 def _shared_prompt_logits(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_start: int, group_size: int,
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+    completion_start: int, group_size: int,
 ) -> torch.Tensor:
     """Completion logits ``[B, L, V]`` with each group's prompt encoded once.
 
@@ -87,7 +88,9 @@ def _shared_prompt_logits(
     run only the completion tokens against it. The prompt's last logit predicts the
     first completion token; completion token t predicts token t + 1. When prompts are
     long and answers short (the arithmetic task: ~25 prompt tokens, ~3 answer tokens),
-    this removes most of the forward and backward compute.
+    this removes most of the forward and backward compute. ``position_ids`` are the full
+    rows' positions: their prompt slice depends on the prompt alone, so it is the same
+    for every row of a group.
     """
     n, width = input_ids.shape
     if n % group_size:
@@ -97,14 +100,13 @@ def _shared_prompt_logits(
     same = (input_ids[:, :p].view(-1, group_size, p) == prompt_ids.unsqueeze(1)).all()
     if not bool(same):
         raise ValueError("group_size > 1 needs rows i*G .. i*G+G-1 to share one prompt; they differ")
-    prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_pos, use_cache=True)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position_ids[::group_size, :p],
+                use_cache=True)
     first = out.logits[:, -1:, :].repeat_interleave(group_size, dim=0)  # [B, 1, V]: predicts completion token 0
     if width - p == 1:
         return first
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     cache.batch_repeat_interleave(group_size)
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, p:-1]  # [B, L-1]
-    rest = model(input_ids=input_ids[:, p:-1], attention_mask=attention_mask[:, :-1], position_ids=positions,
+    rest = model(input_ids=input_ids[:, p:-1], attention_mask=attention_mask[:, :-1], position_ids=position_ids[:, p:-1],
                  use_cache=True, **{_cache_argument(model): cache}).logits  # [B, L-1, V]: predict tokens 1 .. L-1
     return torch.cat([first, rest], dim=1)

@@ -8,14 +8,11 @@ import torch
 
 from reasoning_rl.batching import pack
 from reasoning_rl.logprobs import completion_logprobs, selective_log_softmax
-from reasoning_rl.models import TinyModelConfig, build_char_tokenizer, build_tiny_model
+from reasoning_rl.models import TinyModelConfig, build_tiny_model
 
 
 def _model(arch):
-    tok = build_char_tokenizer()
-    model = build_tiny_model(TinyModelConfig(arch=arch, hidden_size=32, num_layers=2, num_heads=2,
-                                             intermediate_size=64), tok)
-    return (model[0] if isinstance(model, tuple) else model), tok
+    return build_tiny_model(TinyModelConfig(arch=arch, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
 
 
 def _groups(tok, group_size):
