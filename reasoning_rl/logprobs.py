@@ -11,9 +11,12 @@ rows are processed in chunks to bound the peak further.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from reasoning_rl.batching import pack
 
 
 def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor, chunk_rows: int = 4) -> torch.Tensor:
@@ -46,7 +49,7 @@ def completion_logprobs(
     ``input_ids`` is ``[B, P + L]``: left-padded prompts of width P, then right-padded
     completions of width L. Logits at position t predict token t + 1, so the
     completion's logits are positions ``P-1 .. P+L-2``. Returns ``[B, L]`` log-probs
-    (and entropies when asked), at the sampling temperature.
+    (and entropies when asked), at the sampling temperature, 0 at padded positions.
 
     ``group_size=G > 1`` says rows ``i*G .. i*G+G-1`` share one prompt (a GRPO group):
     each prompt then goes through the model once instead of G times (same numbers,
@@ -62,11 +65,14 @@ def completion_logprobs(
     if temperature != 1.0:
         logits = logits / temperature
     tokens = input_ids[:, completion_start:]  # [B, L]
-    logp = selective_log_softmax(logits, tokens)
+    # Padded completion positions get exactly 0, not log pi(<pad>): a raw pad log-prob can be
+    # very negative, and a KL term exp(ref - logp) of it overflows to inf (inf * 0 = NaN).
+    real = attention_mask[:, completion_start:].bool()  # [B, L]
+    logp = torch.where(real, selective_log_softmax(logits, tokens), 0.0)
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach())
+            entropy = torch.where(real, entropy_from_logits(logits.detach()), 0.0)
     return logp, entropy
 
 
@@ -110,3 +116,27 @@ def _shared_prompt_logits(
     rest = model(input_ids=input_ids[:, p:-1], attention_mask=attention_mask[:, :-1], position_ids=position_ids[:, p:-1],
                  use_cache=True, **{_cache_argument(model): cache}).logits  # [B, L-1, V]: predict tokens 1 .. L-1
     return torch.cat([first, rest], dim=1)
+
+
+@torch.no_grad()
+def frozen_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                    pad_token_id: int, temperature: float, micro_batch: int, group_size: int = 1) -> list[torch.Tensor]:
+    """Per-token log-probs of each completion under a model that is not being trained
+    (pi_old, pi_ref), one 1-D float32 CPU tensor per completion, ``micro_batch`` rows at a time."""
+    out: list[torch.Tensor] = []
+    device = next(model.parameters()).device
+    for s in range(0, len(prompts), micro_batch):
+        packed = pack(prompts[s:s + micro_batch], completions[s:s + micro_batch], pad_token_id).to(device)
+        logp, _ = completion_logprobs(model, packed.input_ids, packed.attention_mask, packed.completion_start,
+                                      temperature, group_size=group_size)
+        for row, c in zip(logp, completions[s:s + micro_batch]):
+            out.append(row[: len(c)].float().cpu())
+    return out
+
+
+def pad_rows(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """Stack 1-D per-completion tensors into ``[len(rows), width]``, zeros after each row's end."""
+    out = torch.zeros(len(rows), width)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out

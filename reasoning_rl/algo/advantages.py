@@ -15,6 +15,9 @@ import torch
 
 AdvantageFn = Callable[..., torch.Tensor]
 
+STD_MODES = ("population", "unbiased", "batch", "batch_unbiased", "none")
+"""The scales ``grpo_advantages`` divides by (see its docstring)."""
+
 
 def _group_mean(rewards: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean over the valid entries of each row, and the count of valid entries. # [B, 1] each"""
@@ -43,9 +46,12 @@ def grpo_advantages(
         A_i = (r_i - mean(r)) / (std(r) + eps)
 
     over the G completions of the same prompt. ``std`` selects the scale:
-    ``population`` (default), ``unbiased`` (n - 1), ``batch`` (one population std
-    over every valid reward of the batch, as in Dr. GRPO's discussion / REINFORCE++),
-    or ``none`` (no scaling: Dr. GRPO, arXiv 2503.20783).
+    ``population`` (default), ``unbiased`` (n - 1, as TRL and verl), ``batch`` /
+    ``batch_unbiased`` (one std over every valid reward of the batch, as in Dr. GRPO's
+    discussion / REINFORCE++), or ``none`` (no scaling: Dr. GRPO, arXiv 2503.20783).
+
+    ``eps`` defaults to 1e-6 (TRL adds 1e-4): it only matters for groups whose std is
+    tiny but not 0, e.g. rewards [1, 1, 1, 0.999]; a group of equal rewards gets 0 either way.
 
     Worked example (G=4): r = [1, 0, 1, 0] -> mean 0.5, std 0.5 -> A = [+1, -1, +1, -1].
     A group whose rewards are all equal gets zero advantages.
@@ -59,11 +65,12 @@ def grpo_advantages(
         scale = group_std(rewards, valid, unbiased=False)
     elif std == "unbiased":
         scale = group_std(rewards, valid, unbiased=True)
-    elif std == "batch":
+    elif std in ("batch", "batch_unbiased"):
         flat = rewards[valid]
-        scale = flat.std(unbiased=False) if flat.numel() > 0 else torch.tensor(0.0)
+        unbiased = std == "batch_unbiased"
+        scale = flat.std(unbiased=unbiased) if flat.numel() > int(unbiased) else torch.tensor(0.0)
     else:
-        raise ValueError(f"unknown std mode {std!r}; expected population, unbiased, batch or none")
+        raise ValueError(f"unknown std mode {std!r}; expected one of {list(STD_MODES)}")
     return centred / (scale + eps)
 
 

@@ -9,12 +9,16 @@ We minimise ``loss = -J``. Shapes: B = sequences in the micro-batch, L = complet
 tokens (padded); ``mask`` is 1 on real completion tokens.
 
 How per-token terms become one scalar is a choice that differs between papers, so
-it is a table (:data:`LOSS_AGGREGATIONS`) too.
+it is a table (:data:`LOSS_AGGREGATIONS`) too. **Loss normalisation lives here and
+only here**: every aggregation divides by a batch-level denominator
+(:class:`LossNormalizer`, computed once per optimisation batch from all its
+completions), so the losses of the micro-batches of one batch simply add up to the
+loss of the whole batch, and so do their gradients. Nothing is re-weighted later.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -51,28 +55,69 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio) - log_ratio - 1.0
 
 
-# -- aggregation: per-token values [B, L] + mask -> scalar ---------------------------------------
+# -- normalisation: the batch-level denominators, computed once ------------------------------------
 
-def sequence_mean(values: torch.Tensor, mask: torch.Tensor, **_: object) -> torch.Tensor:
-    """The paper's: mean over each sequence's tokens, then mean over sequences.
-        1/G sum_i 1/|o_i| sum_t v_it"""
-    per_seq = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [B]
-    return per_seq.mean()
+@dataclass(frozen=True)
+class LossNormalizer:
+    """The denominators of every aggregation for ONE optimisation batch.
+
+    ``num_sequences`` (N) and ``num_tokens`` (sum_i |o_i|) count the whole batch, not a
+    micro-batch; ``max_tokens`` is Dr. GRPO's constant (the longest completion allowed).
+    """
+
+    num_sequences: float
+    num_tokens: float
+    max_tokens: float = 1.0
+
+    @classmethod
+    def for_batch(cls, completion_lengths: Sequence[int], max_tokens: float = 1.0) -> LossNormalizer:
+        """From the token counts of every completion in the batch."""
+        return cls(num_sequences=float(len(completion_lengths)),
+                   num_tokens=float(max(1, sum(completion_lengths))), max_tokens=float(max_tokens))
+
+    @classmethod
+    def for_mask(cls, mask: torch.Tensor, max_tokens: float = 1.0) -> LossNormalizer:
+        """When ``mask`` [B, L] is the whole batch."""
+        return cls(num_sequences=float(mask.shape[0]), num_tokens=float(mask.sum().clamp(min=1)),
+                   max_tokens=float(max_tokens))
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """sum of ``values`` where ``mask`` is set. ``torch.where``, not ``values * mask``:
+    a non-finite value at a padded position (e.g. exp of a very negative pad log-prob)
+    times 0 is NaN, while selecting 0 there is exact."""
+    kept = masked_fill_padding(values, mask)
+    return kept.sum() if dim is None else kept.sum(dim)
+
+
+def masked_fill_padding(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``values`` with exactly 0 where ``mask`` is 0 (gradient 0 there too).  # [B, L]"""
+    return torch.where(mask.bool(), values, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
+# -- aggregation: per-token values [B, L] + mask -> scalar (a share of the batch's loss) -----------
+
+def sequence_mean(values: torch.Tensor, mask: torch.Tensor, num_sequences: float | None = None,
+                  **_: object) -> torch.Tensor:
+    """The paper's: mean over each sequence's tokens, then mean over the batch's N sequences.
+        1/N sum_i 1/|o_i| sum_t v_it          (N = this micro-batch's rows when not given)"""
+    per_seq = masked_sum(values, mask, dim=-1) / mask.sum(-1).clamp(min=1)  # [B]
+    return per_seq.sum() / (num_sequences if num_sequences is not None else values.shape[0])
 
 
 def token_mean(values: torch.Tensor, mask: torch.Tensor, num_tokens: float | None = None, **_: object) -> torch.Tensor:
     """DAPO's token-level mean over all tokens of the batch (arXiv 2503.14476, eq. 12):
-        1/sum_i |o_i| sum_i sum_t v_it
-    ``num_tokens`` is the token count of the WHOLE batch when the batch is split into
-    micro-batches (so gradient accumulation gives the same result as one big batch)."""
+        1/sum_i |o_i| sum_i sum_t v_it        (the micro-batch's token count when not given)"""
     denom = float(num_tokens) if num_tokens is not None else mask.sum().clamp(min=1)
-    return (values * mask).sum() / denom
+    return masked_sum(values, mask) / denom
 
 
-def constant_normalizer(values: torch.Tensor, mask: torch.Tensor, max_tokens: float = 1.0, **_: object) -> torch.Tensor:
+def constant_normalizer(values: torch.Tensor, mask: torch.Tensor, max_tokens: float = 1.0,
+                        num_sequences: float | None = None, **_: object) -> torch.Tensor:
     """Dr. GRPO's (arXiv 2503.20783): sum over tokens divided by a constant (the maximum
-    completion length), then mean over sequences:  1/G sum_i 1/L_max sum_t v_it"""
-    return ((values * mask).sum(-1) / max_tokens).mean()
+    completion length), then mean over the batch's N sequences:  1/N sum_i 1/L_max sum_t v_it"""
+    per_seq = masked_sum(values, mask, dim=-1) / max_tokens  # [B]
+    return per_seq.sum() / (num_sequences if num_sequences is not None else values.shape[0])
 
 
 LOSS_AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
@@ -82,15 +127,32 @@ LOSS_AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
+def aggregate(name: str, values: torch.Tensor, mask: torch.Tensor, normalizer: LossNormalizer | None = None) -> torch.Tensor:
+    """Apply the aggregation called ``name`` with the batch's denominators (the micro-batch's
+    own when ``normalizer`` is None, i.e. when it is the whole batch)."""
+    if name not in LOSS_AGGREGATIONS:
+        raise ValueError(f"unknown loss aggregation {name!r}; expected one of {sorted(LOSS_AGGREGATIONS)}")
+    norm = normalizer or LossNormalizer.for_mask(mask)
+    return LOSS_AGGREGATIONS[name](values, mask, num_sequences=norm.num_sequences, num_tokens=norm.num_tokens,
+                                   max_tokens=norm.max_tokens)
+
+
 @dataclass
 class LossOutput:
     loss: torch.Tensor
-    """Scalar to backpropagate (already scaled by the micro-batch's share of the batch)."""
+    """Scalar to backpropagate: this micro-batch's share of the batch loss (they add up)."""
     policy_loss: float
+    """The clipped-surrogate part alone, aggregated the same way (also adds up over micro-batches)."""
     kl: float
+    """Token mean of k3 over this micro-batch (0 with beta = 0)."""
     clip_low_fraction: float
+    """Share of this micro-batch's tokens where the lower clip (A < 0) is active."""
     clip_high_fraction: float
+    """Share of this micro-batch's tokens where the upper clip (A > 0) is active."""
     ratio_mean: float
+    """Token mean of pi_theta / pi_old over this micro-batch."""
+    num_tokens: float
+    """Completion tokens of this micro-batch: the weight of its token means in the batch's."""
 
 
 def grpo_loss(
@@ -104,48 +166,43 @@ def grpo_loss(
     eps_low: float,
     eps_high: float,
     aggregation: str = "sequence_mean",
-    num_tokens: float | None = None,
-    max_tokens: float = 1.0,
+    normalizer: LossNormalizer | None = None,
 ) -> LossOutput:
     """-J(theta) for one micro-batch (see module docstring).
 
     ``logp``/``old_logp``/``ref_logp``: per-token log-probs of the sampled tokens,
     ``[B, L]``; ``advantages``: ``[B]``; ``mask``: ``[B, L]`` float.
     ``ref_logp`` may be None only when ``beta == 0`` (no reference model loaded).
+    ``normalizer`` holds the whole batch's denominators; None = this micro-batch is the batch.
     """
-    if aggregation not in LOSS_AGGREGATIONS:
-        raise ValueError(f"unknown loss aggregation {aggregation!r}; expected one of {sorted(LOSS_AGGREGATIONS)}")
-    aggregate = LOSS_AGGREGATIONS[aggregation]
+    # Padded positions hold 0 before any exp(): a raw pad log-prob (say -1000) against a
+    # zero-filled reference row would give exp(1000) = inf in the KL, and a NaN gradient
+    # even where the aggregation later drops that position.
+    logp, old_logp = masked_fill_padding(logp, mask), masked_fill_padding(old_logp, mask)
+    ref_logp = None if ref_logp is None else masked_fill_padding(ref_logp, mask)
     ratio = policy_ratio(logp, old_logp)  # [B, L]
     surrogate = clipped_surrogate(ratio, advantages, eps_low, eps_high)  # [B, L]
     per_token = -surrogate  # we minimise  # [B, L]
+    n = float(mask.sum().clamp(min=1))
     kl_value = 0.0
     if beta != 0.0:
         if ref_logp is None:
             raise ValueError("beta != 0 needs reference log-probs")
         kl = kl_k3(logp, ref_logp)  # [B, L]
         per_token = per_token + beta * kl
-        kl_value = float(sequence_mean(kl.detach(), mask))
-    loss = aggregate(per_token, mask, num_tokens=num_tokens, max_tokens=max_tokens)
+        kl_value = float(masked_sum(kl.detach(), mask)) / n
+    loss = aggregate(aggregation, per_token, mask, normalizer)
     with torch.no_grad():
         # A token is clipped when the clip is the active branch of the min().
         adv = advantages.unsqueeze(-1)
-        clip_low = ((ratio < 1.0 - eps_low) & (adv < 0)).float()
-        clip_high = ((ratio > 1.0 + eps_high) & (adv > 0)).float()
-        n = mask.sum().clamp(min=1)
-        out = LossOutput(
+        clip_low = (ratio < 1.0 - eps_low) & (adv < 0)
+        clip_high = (ratio > 1.0 + eps_high) & (adv > 0)
+        return LossOutput(
             loss=loss,
-            policy_loss=float(sequence_mean(-surrogate.detach(), mask)),
+            policy_loss=float(aggregate(aggregation, -surrogate.detach(), mask, normalizer)),
             kl=kl_value,
-            clip_low_fraction=float((clip_low * mask).sum() / n),
-            clip_high_fraction=float((clip_high * mask).sum() / n),
-            ratio_mean=float((ratio.detach() * mask).sum() / n),
+            clip_low_fraction=float(masked_sum(clip_low.float(), mask)) / n,
+            clip_high_fraction=float(masked_sum(clip_high.float(), mask)) / n,
+            ratio_mean=float(masked_sum(ratio.detach(), mask)) / n,
+            num_tokens=n,
         )
-    return out
-
-
-def microbatch_weight(aggregation: str, micro_sequences: int, total_sequences: int) -> float:
-    """Weight of one micro-batch's loss so that summing micro-batch gradients equals the
-    gradient of the whole batch: means over sequences need ``m / N``; the token mean
-    already divides by the whole batch's token count (``num_tokens``)."""
-    return 1.0 if aggregation == "token_mean" else micro_sequences / total_sequences

@@ -66,3 +66,46 @@ def test_shared_prompt_forward_refuses_rows_that_are_not_groups():
         completion_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_start, group_size=3)
     with pytest.raises(ValueError, match="groups of 5"):
         completion_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_start, group_size=5)
+
+
+class _PadLogitsDown(torch.nn.Module):
+    """A policy whose <pad> logit is -1e4 everywhere: log pi(<pad>) ~ -1e4 at padded positions."""
+
+    def __init__(self, model, pad_id):
+        super().__init__()
+        self.model, self.pad_id = model, pad_id
+
+    def forward(self, **kwargs):
+        out = self.model(**kwargs)
+        logits = out.logits.clone()
+        logits[..., self.pad_id] = -1e4
+        out.logits = logits
+        return out
+
+
+@pytest.mark.parametrize("group_size", [1, 2])
+def test_padded_positions_are_zero_whatever_the_pad_logit(group_size):
+    from reasoning_rl.algo import grpo_loss
+
+    model, tok = _model("llama")
+    hostile = _PadLogitsDown(model, tok.pad_token_id)
+    hostile.config = model.config
+    prompts, comps = [], []
+    for text, answer in (("What is 3 + 4? Answer: ", "7"), ("What is 13 + 14? Answer: ", "27")):
+        for _ in range(group_size):
+            prompts.append(tok(text, add_special_tokens=False)["input_ids"])
+            comps.append(tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+    comps[-1] = comps[-1] + comps[-1]  # one longer completion: the others are right-padded
+    packed = pack(prompts, comps, tok.pad_token_id)
+    logp, entropy = completion_logprobs(hostile, packed.input_ids, packed.attention_mask, packed.completion_start,
+                                        with_entropy=True, group_size=group_size)
+    pads = packed.completion_mask == 0
+    assert pads.any()
+    assert (logp[pads] == 0).all() and (entropy[pads] == 0).all()
+    # With beta > 0 against a zero-filled reference row the loss and its gradient stay finite.
+    ref = torch.where(pads, 0.0, logp.detach() - 0.1)
+    out = grpo_loss(logp, logp.detach(), ref, torch.linspace(-1, 1, packed.input_ids.shape[0]), packed.completion_mask,
+                    beta=0.04, eps_low=0.2, eps_high=0.2)
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and all(torch.isfinite(p.grad).all() for p in model.parameters()
+                                            if p.grad is not None)
