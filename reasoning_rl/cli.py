@@ -3,6 +3,7 @@
     reasoning-rl-train                                   # the built-in default: tiny model, arithmetic
     reasoning-rl-train task=gsm8k model=qwen2.5-0.5b-instruct algo.group_size=16 algo.beta=0.04
     reasoning-rl-train --multirun algo.beta=0,0.04 algo.group_size=4,8
+    reasoning-rl-train algo=dapo                         # an algorithm preset: conf/algo/<name>.yaml
 """
 
 from __future__ import annotations
@@ -23,8 +24,19 @@ register_configs()
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:
-    """Typed config from the composed Hydra config (validates types and keys)."""
-    return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+    """Typed config from the composed Hydra config (validates types and keys).
+
+    ``algo`` becomes the chosen algorithm's own dataclass (``algo.name`` through the
+    registry): already so when its YAML lists ``<name>_schema``; otherwise its values are
+    merged into that dataclass here, which rejects unknown keys by name."""
+    from reasoning_rl.algo.registry import get_algorithm
+
+    train_cfg: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    entry = get_algorithm(train_cfg.algo.name)
+    if not isinstance(train_cfg.algo, entry.config_class):
+        merged = OmegaConf.merge(OmegaConf.structured(entry.config_class), OmegaConf.to_container(cfg.algo))
+        train_cfg.algo = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    return train_cfg
 
 
 def format_eval_table(summary: dict) -> str:
@@ -32,8 +44,9 @@ def format_eval_table(summary: dict) -> str:
     before, after = summary.get("eval_before"), summary.get("eval_after")
     if not before or not after:
         return ""
+    label = summary.get("label", "GRPO")
     lines = [
-        "| held-out accuracy | before GRPO | after GRPO | change |",
+        f"| held-out accuracy | before {label} | after {label} | change |",
         "|---|---|---|---|",
     ]
     for key, label in (("greedy_accuracy", "greedy"), ("sampled_accuracy", f"sampled (n={after['samples_per_problem']})")):
@@ -44,7 +57,7 @@ def format_eval_table(summary: dict) -> str:
 
 @hydra.main(version_base="1.3", config_path="pkg://reasoning_rl.conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> float:
-    from reasoning_rl.trainer import GRPOTrainer
+    from reasoning_rl.trainer import Trainer
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     train_cfg = to_train_config(cfg)
@@ -52,7 +65,7 @@ def _hydra_main(cfg: DictConfig) -> float:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     log.info("run folder: %s", run_dir)
-    trainer = GRPOTrainer(train_cfg, run_dir)
+    trainer = Trainer(train_cfg, run_dir)
     try:
         summary = trainer.train()
     finally:

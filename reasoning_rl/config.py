@@ -1,8 +1,11 @@
 """Typed configuration of a training run; mirrored by the YAML files in ``conf/``.
 
 Each group (``task``, ``model``, ``algo``, ``rollout``, ``trainer``, ``warmstart``,
-``evaluation``) is a dataclass with a docstring per field. The schemas are
-registered with Hydra's ConfigStore (``reasoning_rl.cli``), so a typo in an
+``evaluation``) is a dataclass with a docstring per field; the defaults here are the
+values of ``conf/train.yaml`` and the default group files (a test checks they agree).
+``algo`` is typed by the chosen algorithm's own dataclass (``GRPOConfig`` in
+``reasoning_rl/algo/grpo.py``), a subclass of ``AlgoConfig``. The schemas are
+registered with Hydra's ConfigStore (:func:`register_configs`), so a typo in an
 override or a wrong type fails at composition time with the key's name.
 """
 
@@ -10,52 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reasoning_rl.algo.base import AlgoConfig
+from reasoning_rl.algo.grpo import GRPOConfig
 from reasoning_rl.models import ModelConfig
 from reasoning_rl.tasks import TaskConfig
-
-
-@dataclass
-class AlgoConfig:
-    """The policy-optimisation algorithm (GRPO and its variants)."""
-
-    name: str = "grpo"
-    """Algorithm name (for logs); the variants are selected by the fields below."""
-    prompts_per_step: int = 8
-    """Distinct prompts per optimisation step."""
-    group_size: int = 8
-    """G: completions sampled per prompt."""
-    beta: float = 0.04
-    """Weight of the KL(pi_theta || pi_ref) penalty; 0 = no reference model is loaded at all."""
-    eps_low: float = 0.2
-    """Lower clip range: ratio is clipped at 1 - eps_low."""
-    eps_high: float = 0.2
-    """Upper clip range: ratio is clipped at 1 + eps_high (DAPO's clip-higher uses 0.28)."""
-    advantage: str = "grpo"
-    """Advantage estimator: grpo, dr_grpo or rloo (reasoning_rl.algo.advantages)."""
-    std: str = "population"
-    """GRPO's scale: population (paper's worked example), unbiased (TRL/verl), batch, none."""
-    adv_eps: float = 1e-6
-    """eps in A_i = (r_i - mean) / (std + eps)."""
-    loss_aggregation: str = "sequence_mean"
-    """sequence_mean (paper), token_mean (DAPO) or constant (Dr. GRPO)."""
-    num_iterations: int = 1
-    """mu: optimisation steps on each batch of rollouts (old log-probs kept from sampling time)."""
-    micro_batch_size: int = 32
-    """Sequences per forward/backward pass (gradient accumulation covers the rest)."""
-    learning_rate: float = 1e-5
-    """AdamW learning rate."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    adam_beta1: float = 0.9
-    """AdamW beta1."""
-    adam_beta2: float = 0.99
-    """AdamW beta2."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping by global norm (0 = off)."""
-    lr_schedule: str = "constant"
-    """constant, linear (decay to 0) or cosine; after warmup."""
-    lr_warmup_steps: int = 0
-    """Linear warmup steps."""
 
 
 @dataclass
@@ -86,13 +47,13 @@ class RolloutConfig:
 class TrainerConfig:
     """Run length, seeds, checkpoints and logging."""
 
-    steps: int = 100
-    """GRPO optimisation steps."""
+    steps: int = 200
+    """Optimisation steps of the algorithm."""
     seed: int = 0
     """Seed of data order, sampling and initialisation of everything random."""
     output_dir: str | None = None
     """Run folder (null = Hydra's output folder for this run)."""
-    save_every: int = 50
+    save_every: int = 100
     """Checkpoint every N steps (and always at the end); 0 = only at the end."""
     keep_checkpoints: int | None = 3
     """Keep the N newest checkpoints (null = all)."""
@@ -118,7 +79,7 @@ class WarmStartConfig:
 
     enabled: bool = False
     """Run the supervised phase before GRPO."""
-    max_steps: int = 300
+    max_steps: int = 800
     """Upper bound on supervised steps."""
     batch_size: int = 32
     """Sequences per supervised step."""
@@ -126,7 +87,7 @@ class WarmStartConfig:
     """AdamW learning rate of the supervised phase."""
     stop_at_accuracy: float = 0.3
     """Stop as soon as greedy accuracy on a probe set of training problems reaches this (partial on purpose)."""
-    check_every: int = 20
+    check_every: int = 10
     """Probe the accuracy every N steps."""
     probe_size: int = 64
     """Training problems in the accuracy probe."""
@@ -154,7 +115,7 @@ class TrainConfig:
 
     task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    algo: AlgoConfig = field(default_factory=GRPOConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
@@ -162,31 +123,15 @@ class TrainConfig:
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Reject settings that would fail later or silently do something else."""
-    from reasoning_rl.algo import ADVANTAGE_ESTIMATORS, LOSS_AGGREGATIONS
+    """Reject settings that would fail later or silently do something else, naming every bad key."""
+    from reasoning_rl.algo.registry import get_algorithm
 
-    a = cfg.algo
-    problems = []
-    if a.group_size < 2:
-        problems.append(f"algo.group_size must be >= 2 (group statistics need 2 samples), got {a.group_size}")
-    if a.prompts_per_step < 1:
-        problems.append(f"algo.prompts_per_step must be >= 1, got {a.prompts_per_step}")
-    if a.advantage not in ADVANTAGE_ESTIMATORS:
-        problems.append(f"algo.advantage={a.advantage!r} is unknown; choose one of {sorted(ADVANTAGE_ESTIMATORS)}")
-    if a.loss_aggregation not in LOSS_AGGREGATIONS:
-        problems.append(f"algo.loss_aggregation={a.loss_aggregation!r} is unknown; choose one of {sorted(LOSS_AGGREGATIONS)}")
-    if a.std not in ("population", "unbiased", "batch", "none"):
-        problems.append(f"algo.std={a.std!r} is unknown; choose population, unbiased, batch or none")
-    if a.num_iterations < 1:
-        problems.append(f"algo.num_iterations must be >= 1, got {a.num_iterations}")
-    if a.beta < 0:
-        problems.append(f"algo.beta must be >= 0, got {a.beta}")
-    if not (0 <= a.eps_low < 1) or a.eps_high < 0:
-        problems.append(f"need 0 <= algo.eps_low < 1 and algo.eps_high >= 0, got {a.eps_low}, {a.eps_high}")
-    if a.lr_schedule not in ("constant", "linear", "cosine"):
-        problems.append(f"algo.lr_schedule={a.lr_schedule!r} is unknown; choose constant, linear or cosine")
-    if a.micro_batch_size < 1:
-        problems.append(f"algo.micro_batch_size must be >= 1, got {a.micro_batch_size}")
+    entry = get_algorithm(cfg.algo.name)
+    if not isinstance(cfg.algo, entry.config_class):
+        raise ValueError(f"algo.name={cfg.algo.name!r} needs its settings as {entry.config_class.__name__}, got "
+                         f"{type(cfg.algo).__name__}; compose it with algo={cfg.algo.name} or build it with "
+                         f"{entry.config_class.__module__}.{entry.config_class.__name__}")
+    problems = cfg.algo.problems()
     if cfg.rollout.temperature <= 0:
         problems.append(f"rollout.temperature must be > 0 for sampling, got {cfg.rollout.temperature}")
     if cfg.trainer.steps < 0:
@@ -196,8 +141,17 @@ def validate(cfg: TrainConfig) -> None:
 
 
 def register_configs() -> None:
-    """Register the schemas with Hydra's ConfigStore (``train_schema`` is the primary
-    config's first default, so every composed run is type-checked against TrainConfig)."""
+    """Register the schemas with Hydra's ConfigStore.
+
+    ``train_schema`` (the primary config's first default) types every group but ``algo``,
+    which it leaves at the base ``AlgoConfig`` so that any algorithm's settings can merge
+    into it; each algorithm's dataclass is stored as ``algo/<name>_schema``, and its YAML
+    file lists that first (``conf/algo/grpo.yaml``), so ``algo.*`` is typed too."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    from reasoning_rl.algo.registry import get_algorithm, list_algorithms
+
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig(algo=AlgoConfig()))
+    for name in list_algorithms():
+        store.store(group="algo", name=f"{name}_schema", node=get_algorithm(name).config_class)

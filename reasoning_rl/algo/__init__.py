@@ -1,7 +1,9 @@
-"""The math of the algorithms: advantages and losses, each a small pure function."""
+"""Algorithms: the math as small pure functions (``advantages``, ``losses``), and one module
+per algorithm (``grpo``) plugged into the shared run loop through ``registry``."""
 
 from reasoning_rl.algo.advantages import (
     ADVANTAGE_ESTIMATORS,
+    STD_MODES,
     compute_advantages,
     dr_grpo_advantages,
     group_std,
@@ -9,33 +11,53 @@ from reasoning_rl.algo.advantages import (
     rloo_advantages,
     zero_std_fraction,
 )
+from reasoning_rl.algo.base import AlgoConfig, Algorithm, RunContext, StepOutput
 from reasoning_rl.algo.losses import (
     LOSS_AGGREGATIONS,
+    LossNormalizer,
     LossOutput,
+    aggregate,
     clipped_surrogate,
     constant_normalizer,
     grpo_loss,
     kl_k3,
-    microbatch_weight,
+    masked_sum,
     policy_ratio,
     sequence_mean,
     token_mean,
+)
+from reasoning_rl.algo.registry import (
+    AlgorithmNotFoundError,
+    get_algorithm,
+    list_algorithms,
+    register_algorithm,
 )
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "LOSS_AGGREGATIONS",
+    "STD_MODES",
+    "AlgoConfig",
+    "Algorithm",
+    "AlgorithmNotFoundError",
+    "LossNormalizer",
     "LossOutput",
+    "RunContext",
+    "StepOutput",
+    "aggregate",
     "clipped_surrogate",
     "compute_advantages",
     "constant_normalizer",
     "dr_grpo_advantages",
+    "get_algorithm",
     "group_std",
     "grpo_advantages",
     "grpo_loss",
     "kl_k3",
-    "microbatch_weight",
+    "list_algorithms",
+    "masked_sum",
     "policy_ratio",
+    "register_algorithm",
     "rloo_advantages",
     "sequence_mean",
     "token_mean",

@@ -82,17 +82,17 @@ class LossNormalizer:
                    max_tokens=float(max_tokens))
 
 
+def masked_fill_padding(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``values`` with exactly 0 where ``mask`` is 0 (gradient 0 there too).  # [B, L]"""
+    return torch.where(mask.bool(), values, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """sum of ``values`` where ``mask`` is set. ``torch.where``, not ``values * mask``:
     a non-finite value at a padded position (e.g. exp of a very negative pad log-prob)
     times 0 is NaN, while selecting 0 there is exact."""
     kept = masked_fill_padding(values, mask)
     return kept.sum() if dim is None else kept.sum(dim)
-
-
-def masked_fill_padding(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``values`` with exactly 0 where ``mask`` is 0 (gradient 0 there too).  # [B, L]"""
-    return torch.where(mask.bool(), values, torch.zeros((), dtype=values.dtype, device=values.device))
 
 
 # -- aggregation: per-token values [B, L] + mask -> scalar (a share of the batch's loss) -----------

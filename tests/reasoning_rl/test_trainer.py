@@ -8,7 +8,7 @@ import torch
 
 from reasoning_rl.checkpoint import latest_checkpoint, list_checkpoints
 from reasoning_rl.metrics_log import read_metrics
-from reasoning_rl.trainer import GRPOTrainer
+from reasoning_rl.trainer import Trainer
 
 EXPECTED_METRICS = {
     "reward/mean", "reward/std", "reward/math", "reward/unscorable_fraction", "accuracy/train",
@@ -20,7 +20,7 @@ EXPECTED_METRICS = {
 
 
 def _train(cfg, run_dir):
-    trainer = GRPOTrainer(cfg, run_dir)
+    trainer = Trainer(cfg, run_dir)
     try:
         return trainer, trainer.train()
     finally:
@@ -58,15 +58,15 @@ def test_resume_matches_uninterrupted_run(small_cfg, tmp_path):
     class Killed(Exception):
         pass
 
-    trainer = GRPOTrainer(small_cfg, tmp_path / "killed")
-    update = trainer.update
+    trainer = Trainer(small_cfg, tmp_path / "killed")
+    update = trainer.algorithm.update
 
     def dies_at_step_3(ro):
         if trainer.step == 2:
             raise Killed
         return update(ro)
 
-    trainer.update = dies_at_step_3
+    trainer.algorithm.update = dies_at_step_3
     with pytest.raises(Killed):
         trainer.train()
     trainer.close()
@@ -115,7 +115,7 @@ def test_num_iterations_reuses_rollouts(small_cfg, tmp_path):
     metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
     # after the first of the mu updates the policy moved away from pi_old: ratio != 1
     assert any(abs(m["ratio/mean"] - 1.0) > 1e-6 for m in metrics)
-    assert trainer.ref_model is None  # beta = 0: no reference model at all
+    assert trainer.algorithm.ref_model is None  # beta = 0: no reference model at all
     assert not (tmp_path / "run" / "reference").exists()
 
 
@@ -123,7 +123,7 @@ def test_bad_config_is_rejected_with_the_key(small_cfg, tmp_path):
     small_cfg.algo.group_size = 1
     small_cfg.algo.loss_aggregation = "median"
     with pytest.raises(ValueError) as info:
-        GRPOTrainer(small_cfg, tmp_path)
+        Trainer(small_cfg, tmp_path)
     assert "algo.group_size" in str(info.value) and "algo.loss_aggregation" in str(info.value)
 
 
@@ -135,9 +135,9 @@ def test_none_rewards_get_zero_advantage(small_cfg, tmp_path):
                                                                     "length_field": "missing"})]
     small_cfg.trainer.steps = 1
     small_cfg.evaluation.enabled = False
-    trainer = GRPOTrainer(small_cfg, tmp_path / "run")
+    trainer = Trainer(small_cfg, tmp_path / "run")
     try:
-        ro = trainer.rollout()
+        ro = trainer.algorithm.rollout(0)
     finally:
         trainer.close()
     assert torch.isnan(ro.rewards).all()
@@ -179,4 +179,4 @@ def test_generic_hugging_face_path_with_chat_template(small_cfg, tmp_path):
 def test_missing_checkpoint_is_a_clear_error(small_cfg, tmp_path):
     small_cfg.model.name_or_path = str(tmp_path / "no-such-checkpoint")
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        GRPOTrainer(small_cfg, tmp_path / "run")
+        Trainer(small_cfg, tmp_path / "run")

@@ -1,0 +1,131 @@
+"""What an algorithm module plugs into the shared run loop (``reasoning_rl.trainer``).
+
+The run loop owns everything that is the same for every algorithm: the run folder,
+the model and tokenizer, the rollout engine, the task's examples and reward, the
+data order, resume, checkpoints, held-out evaluation, logging and the summary. An
+algorithm owns what differs: its models beyond the policy (reference, critic), its
+optimiser, and one optimisation step. It is a subclass of :class:`Algorithm` with
+a config dataclass derived from :class:`AlgoConfig`, registered by name
+(``reasoning_rl.algo.registry``); ``algo.name`` in the config picks it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from reasoning_rl.config import TrainConfig
+    from reasoning_rl.prompt_sampler import PromptSampler
+    from reasoning_rl.rollout import RolloutEngine, SamplingConfig
+    from reasoning_rl.tasks import Example
+    from rewards.compose import CompositeReward
+    from rewards.pool import WorkerPool
+
+LR_SCHEDULES = ("constant", "linear", "cosine")
+
+
+@dataclass
+class AlgoConfig:
+    """Settings every algorithm has: which one, how many prompts a step, the optimiser."""
+
+    name: str = "grpo"
+    """The algorithm module (``reasoning_rl.algo.registry``): ``grpo``, ..."""
+    variant: str = "grpo"
+    """The preset's name (``algo=dapo`` runs the grpo module with DAPO's settings); for logs and reports."""
+    prompts_per_step: int = 8
+    """Distinct prompts per optimisation step."""
+    micro_batch_size: int = 32
+    """Sequences per forward/backward pass (gradient accumulation covers the rest)."""
+    learning_rate: float = 1e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.99
+    """AdamW beta2."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm (0 = off)."""
+    lr_schedule: str = "constant"
+    """constant, linear (decay to 0) or cosine; after warmup."""
+    lr_warmup_steps: int = 0
+    """Linear warmup steps."""
+
+    def problems(self) -> list[str]:
+        """What is wrong with these settings (empty when nothing is); subclasses add theirs."""
+        out = []
+        if self.prompts_per_step < 1:
+            out.append(f"algo.prompts_per_step must be >= 1, got {self.prompts_per_step}")
+        if self.micro_batch_size < 1:
+            out.append(f"algo.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            out.append(f"algo.lr_schedule={self.lr_schedule!r} is unknown; choose one of {', '.join(LR_SCHEDULES)}")
+        if self.learning_rate < 0 or self.lr_warmup_steps < 0:
+            out.append(f"algo.learning_rate and algo.lr_warmup_steps must be >= 0, got "
+                       f"{self.learning_rate}, {self.lr_warmup_steps}")
+        return out
+
+
+@dataclass
+class RunContext:
+    """What the run loop hands an algorithm: built once, shared, never re-created by it."""
+
+    cfg: TrainConfig
+    run_dir: Path
+    model: Any
+    """The policy pi_theta (a transformers causal LM), on ``device``."""
+    tokenizer: Any
+    device: Any
+    engine: RolloutEngine
+    """Samples completions from the current policy."""
+    sampling: SamplingConfig
+    reward: CompositeReward
+    """The task's reward; its first component defines accuracy."""
+    pool: WorkerPool
+    """Verifier worker processes (hard timeouts)."""
+    train_examples: list[Example]
+    sampler: PromptSampler
+    """Which training examples come next (its position is checkpointed by the run loop)."""
+    resumed: bool = False
+    """True when the run continues from a checkpoint."""
+
+
+@dataclass
+class StepOutput:
+    """One optimisation step's result, for the run loop to log."""
+
+    metrics: dict[str, float]
+    """Namespaced metrics (docs/metrics.md); ``completion/tokens`` feeds the throughput."""
+    completions: list[dict[str, Any]] = field(default_factory=list)
+    """Rows for ``completions.jsonl`` (one per sampled completion)."""
+
+
+class Algorithm(ABC):
+    """One training algorithm. The run loop calls :meth:`setup` once (after the warm
+    start), then :meth:`step` ``trainer.steps`` times, and saves :meth:`state_dict` in
+    every checkpoint."""
+
+    label: ClassVar[str] = "RL"
+    """How logs and the before/after table name the phase ("GRPO")."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.cfg: Any = ctx.cfg.algo
+
+    @abstractmethod
+    def setup(self, state: dict[str, Any] | None) -> None:
+        """Build optimiser and extra models; ``state`` is the checkpoint's state when resuming."""
+
+    @abstractmethod
+    def step(self, step: int) -> StepOutput:
+        """Run optimisation step number ``step`` (0-based) and return what to log."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must hold to resume this algorithm (optimiser, scheduler, ...)."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 -- optional hook, not abstract
+        """Release what :meth:`setup` acquired (nothing by default)."""

@@ -1,0 +1,202 @@
+"""GRPO (DeepSeekMath, arXiv 2402.03300, Algorithm 1) as an algorithm of the shared run loop.
+
+One step, read top to bottom:
+
+    prompts      <- next prompts_per_step prompts of the task
+    completions  <- G samples per prompt from pi_old (the current policy)
+    rewards      <- verifiers (worker processes, hard timeouts)
+    advantages   <- group-relative estimator over each prompt's G rewards
+    old, ref     <- log-probs of the sampled tokens under pi_old and pi_ref
+    repeat mu times: one AdamW step on -J(theta) (clipped ratio, k3 KL)
+
+Departures from the paper, on purpose: the reference model is the policy at the
+start of RL (after the optional warm start) and is never refreshed; with mu = 1 the
+old log-probs equal the current ones (ratio 1, as in TRL/verl), so they are not
+recomputed. DAPO, Dr. GRPO and RLOO are settings of this module (``conf/algo/``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from reasoning_rl.algo.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    STD_MODES,
+    compute_advantages,
+    zero_std_fraction,
+)
+from reasoning_rl.algo.base import AlgoConfig, Algorithm, StepOutput
+from reasoning_rl.algo.losses import LOSS_AGGREGATIONS, LossNormalizer, grpo_loss
+from reasoning_rl.algo.registry import register_algorithm
+from reasoning_rl.batching import pack
+from reasoning_rl.groups import ScoredGroups, completion_rows, rollout_metrics, sample_and_score
+from reasoning_rl.logprobs import completion_logprobs, frozen_logprobs, pad_rows
+from reasoning_rl.optim import build_optimizer, clip_and_measure
+from reasoning_rl.reference import frozen_reference
+
+
+@dataclass
+class GRPOConfig(AlgoConfig):
+    """GRPO and its variants (``conf/algo/grpo.yaml``, ``dapo.yaml``, ``dr_grpo.yaml``, ``rloo.yaml``)."""
+
+    name: str = "grpo"
+    variant: str = "grpo"
+    group_size: int = 8
+    """G: completions sampled per prompt."""
+    beta: float = 0.04
+    """Weight of the KL(pi_theta || pi_ref) penalty; 0 = no reference model is loaded at all."""
+    eps_low: float = 0.2
+    """Lower clip range: ratio is clipped at 1 - eps_low."""
+    eps_high: float = 0.2
+    """Upper clip range: ratio is clipped at 1 + eps_high (DAPO's clip-higher uses 0.28)."""
+    advantage: str = "grpo"
+    """Advantage estimator: grpo, dr_grpo or rloo (reasoning_rl.algo.advantages)."""
+    std: str = "population"
+    """GRPO's scale: population (paper's worked example), unbiased (TRL/verl), batch, batch_unbiased, none."""
+    adv_eps: float = 1e-6
+    """eps in A_i = (r_i - mean) / (std + eps) (TRL uses 1e-4; docs/grpo.md)."""
+    loss_aggregation: str = "sequence_mean"
+    """sequence_mean (paper), token_mean (DAPO) or constant (Dr. GRPO)."""
+    num_iterations: int = 1
+    """mu: optimisation steps on each batch of rollouts (old log-probs kept from sampling time)."""
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.group_size < 2:
+            out.append(f"algo.group_size must be >= 2 (group statistics need 2 samples), got {self.group_size}")
+        if self.advantage not in ADVANTAGE_ESTIMATORS:
+            out.append(f"algo.advantage={self.advantage!r} is unknown; choose one of {sorted(ADVANTAGE_ESTIMATORS)}")
+        if self.loss_aggregation not in LOSS_AGGREGATIONS:
+            out.append(f"algo.loss_aggregation={self.loss_aggregation!r} is unknown; "
+                       f"choose one of {sorted(LOSS_AGGREGATIONS)}")
+        if self.std not in STD_MODES:
+            out.append(f"algo.std={self.std!r} is unknown; choose one of {', '.join(STD_MODES)}")
+        if self.num_iterations < 1:
+            out.append(f"algo.num_iterations must be >= 1, got {self.num_iterations}")
+        if self.beta < 0:
+            out.append(f"algo.beta must be >= 0, got {self.beta}")
+        if not (0 <= self.eps_low < 1) or self.eps_high < 0:
+            out.append(f"need 0 <= algo.eps_low < 1 and algo.eps_high >= 0, got {self.eps_low}, {self.eps_high}")
+        return out
+
+
+@dataclass
+class Rollouts(ScoredGroups):
+    """One GRPO step's scored groups and their advantages."""
+
+    advantages: torch.Tensor  # [B * G]
+
+    @classmethod
+    def of(cls, groups: ScoredGroups, advantages: torch.Tensor) -> Rollouts:
+        return cls(**{f.name: getattr(groups, f.name) for f in fields(groups)}, advantages=advantages)
+
+
+@register_algorithm("grpo", GRPOConfig)
+class GRPO(Algorithm):
+    label = "GRPO"
+    cfg: GRPOConfig
+
+    def setup(self, state: dict[str, Any] | None) -> None:
+        """pi_ref (only when beta > 0), AdamW and the schedule over steps * mu updates."""
+        self.ref_model = frozen_reference(self.ctx) if self.cfg.beta != 0.0 else None
+        total = self.ctx.cfg.trainer.steps * self.cfg.num_iterations
+        self.optimizer, self.scheduler = build_optimizer(self.ctx.model.parameters(), self.cfg, total)
+        if state is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def step(self, step: int) -> StepOutput:
+        t0 = time.perf_counter()
+        ro = self.rollout(step)
+        t1 = time.perf_counter()
+        metrics = self.update(ro)
+        t2 = time.perf_counter()
+        metrics.update(rollout_metrics(ro, self.ctx.reward.specs[0].key))
+        metrics.update({
+            "groups/zero_std_fraction": zero_std_fraction(ro.rewards),
+            "advantage/abs_mean": float(ro.advantages.abs().mean()),
+            "time/rollout": t1 - t0, "time/update": t2 - t1,
+        })
+        rows = completion_rows(ro, ro.advantages) if self.ctx.cfg.trainer.log_completions else []
+        return StepOutput(metrics, rows)
+
+    def rollout(self, step: int) -> Rollouts:
+        """Sample G completions per prompt, score them, compute advantages."""
+        a, ctx = self.cfg, self.ctx
+        examples = [ctx.train_examples[i] for i in ctx.sampler.next(a.prompts_per_step)]
+        groups = sample_and_score(ctx, examples, a.group_size, seed=ctx.cfg.trainer.seed * 1_000_003 + step)
+        options: dict[str, Any] = {"eps": a.adv_eps}
+        if a.advantage == "grpo":
+            options["std"] = a.std
+        advantages = compute_advantages(groups.rewards, a.advantage, **options).reshape(-1)  # [B*G]
+        return Rollouts.of(groups, advantages)
+
+    def _micro_batch(self) -> tuple[int, int]:
+        """(rows per micro-batch, rows sharing a prompt). With the shared-prompt forward a
+        micro-batch holds whole groups: max(1, micro_batch_size // G) prompts x G completions."""
+        a = self.cfg
+        if not self.ctx.cfg.trainer.shared_prompt_forward or a.group_size == 1:
+            return a.micro_batch_size, 1
+        return a.group_size * max(1, a.micro_batch_size // a.group_size), a.group_size
+
+    def update(self, ro: Rollouts) -> dict[str, float]:
+        """mu optimisation steps on -J(theta) over this step's rollouts."""
+        a, ctx = self.cfg, self.ctx
+        model, pad, temperature = ctx.model, ctx.tokenizer.pad_token_id, ctx.sampling.temperature
+        prompts = [c.prompt_token_ids for c in ro.completions]
+        comps = [c.token_ids if c.token_ids else [ctx.tokenizer.eos_token_id] for c in ro.completions]
+        n = len(comps)
+        mb, group = self._micro_batch()
+        if a.num_iterations > 1:
+            model.eval()
+            old = frozen_logprobs(model, prompts, comps, pad, temperature, mb, group)
+        else:
+            old = None  # mu == 1: pi_old == pi_theta, the ratio is exactly 1 (detached copy below)
+        ref = frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, group) \
+            if self.ref_model is not None else None
+        model.train()
+        # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses).
+        norm = LossNormalizer.for_batch([len(c) for c in comps], max_tokens=ctx.sampling.max_new_tokens)
+        token_stats = ("kl", "clip_low", "clip_high", "ratio", "entropy")
+        totals = {k: 0.0 for k in ("loss", "policy", "grad_norm", *token_stats)}
+        params = list(model.parameters())
+        for _ in range(a.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            for s in range(0, n, mb):
+                e = min(n, s + mb)
+                packed = pack(prompts[s:e], comps[s:e], pad).to(ctx.device)
+                logp, entropy = completion_logprobs(model, packed.input_ids, packed.attention_mask,
+                                                    packed.completion_start, temperature,
+                                                    with_entropy=True, group_size=group)
+                mask = packed.completion_mask  # [b, L]
+                old_logp = logp.detach() if old is None else pad_rows(old[s:e], mask.shape[1]).to(ctx.device)
+                ref_logp = None if ref is None else pad_rows(ref[s:e], mask.shape[1]).to(ctx.device)
+                out = grpo_loss(logp, old_logp, ref_logp, ro.advantages[s:e].to(ctx.device), mask,
+                                beta=a.beta, eps_low=a.eps_low, eps_high=a.eps_high,
+                                aggregation=a.loss_aggregation, normalizer=norm)
+                out.loss.backward()  # micro-batch losses add up to the batch loss: no re-weighting
+                totals["loss"] += float(out.loss.detach())
+                totals["policy"] += out.policy_loss
+                # Token means of the micro-batch, weighted by its tokens -> token means of the batch.
+                share = out.num_tokens / norm.num_tokens
+                for key, value in (("kl", out.kl), ("clip_low", out.clip_low_fraction),
+                                   ("clip_high", out.clip_high_fraction), ("ratio", out.ratio_mean),
+                                   ("entropy", float((entropy * mask).sum()) / out.num_tokens)):
+                    totals[key] += value * share
+            totals["grad_norm"] += clip_and_measure(params, a.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+        mu = a.num_iterations  # every metric is the mean over the mu updates
+        return {
+            "loss/total": totals["loss"] / mu, "loss/policy": totals["policy"] / mu, "kl/mean": totals["kl"] / mu,
+            "clip/low_fraction": totals["clip_low"] / mu, "clip/high_fraction": totals["clip_high"] / mu,
+            "ratio/mean": totals["ratio"] / mu, "entropy/mean": totals["entropy"] / mu,
+            "grad/norm": totals["grad_norm"] / mu, "lr": self.scheduler.get_last_lr()[0],
+        }

@@ -1,0 +1,103 @@
+"""Sample n completions for each prompt from the current policy and score them.
+
+Shared by every algorithm that learns from its own samples (GRPO's groups of G,
+PPO's single samples, online RFT): the completions keep their token ids as sampled,
+the reward is the task's composite reward (worker processes, hard timeouts), and
+"cannot score" stays NaN so an estimator can leave it out instead of reading a 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from reasoning_rl.algo.base import RunContext
+from reasoning_rl.heldout import is_correct
+from reasoning_rl.rollout import Completion
+from reasoning_rl.tasks import Example
+from rewards.batch import BatchScores
+
+
+@dataclass
+class ScoredGroups:
+    """One step's samples, flattened prompt-major: item i*n + j is completion j of prompt i."""
+
+    examples: list[Example]
+    completions: list[Completion]
+    rewards: torch.Tensor  # [B, n], NaN = unscorable
+    components: dict[str, BatchScores]
+    """Each reward component's results (scores, extracted answers, ...)."""
+    verifier_failures: dict[str, int]
+
+    @property
+    def group_size(self) -> int:
+        return self.rewards.shape[1]
+
+    @property
+    def component_scores(self) -> dict[str, list[float | None]]:
+        return {k: b.scores for k, b in self.components.items()}
+
+
+def sample_and_score(ctx: RunContext, examples: list[Example], n: int, seed: int) -> ScoredGroups:
+    """``n`` completions per example from ``ctx.engine``, scored by ``ctx.reward``."""
+    groups = ctx.engine.generate([e.prompt for e in examples], n, ctx.sampling, seed=seed)
+    completions = [c for g in groups for c in g]
+    refs = [e.reference for e in examples for _ in range(n)]
+    fields = [{**e.fields, "num_completion_tokens": c.num_tokens} for e, g in zip(examples, groups) for c in g]
+    scored = ctx.reward.score([c.text for c in completions], refs, fields,
+                              timeout=ctx.cfg.rollout.reward_timeout, pool=ctx.pool)
+    rewards = torch.tensor([math.nan if r is None else r for r in scored.rewards],
+                           dtype=torch.float32).view(len(examples), n)  # [B, n]
+    failures = {
+        "timeouts": sum(b.num_timeouts for b in scored.components.values()),
+        "errors": sum(b.num_errors for b in scored.components.values()),
+        "unscorable": sum(b.num_unscorable for b in scored.components.values()),
+    }
+    return ScoredGroups(examples, completions, rewards, scored.components, failures)
+
+
+def rollout_metrics(ro: ScoredGroups, accuracy_component: str) -> dict[str, float]:
+    """Reward, accuracy, length and verifier-failure metrics of one step's samples (docs/metrics.md)."""
+    valid = ~torch.isnan(ro.rewards)
+    flat = ro.rewards[valid]
+    lengths = [c.num_tokens for c in ro.completions]
+    acc_scores = ro.component_scores[accuracy_component]
+    out = {
+        "reward/mean": float(flat.mean()) if flat.numel() else math.nan,
+        "reward/std": float(flat.std(unbiased=False)) if flat.numel() else math.nan,
+        "reward/unscorable_fraction": float((~valid).float().mean()),
+        "accuracy/train": sum(is_correct(s) for s in acc_scores) / len(acc_scores),
+        "completion/length_mean": sum(lengths) / len(lengths),
+        "completion/length_max": max(lengths),
+        "completion/truncated_fraction": sum(c.finish_reason == "length" for c in ro.completions) / len(lengths),
+        "completion/tokens": sum(lengths),
+        "verifier/timeouts": ro.verifier_failures["timeouts"],
+        "verifier/errors": ro.verifier_failures["errors"],
+        "verifier/unscorable": ro.verifier_failures["unscorable"],
+    }
+    for key, scores in ro.component_scores.items():
+        vals = [s for s in scores if s is not None]
+        out[f"reward/{key}"] = sum(vals) / len(vals) if vals else math.nan
+    return out
+
+
+def completion_rows(ro: ScoredGroups, advantages: torch.Tensor | None = None) -> list[dict[str, Any]]:
+    """One ``completions.jsonl`` row per completion: text, reward, advantage, each component's verdict."""
+    n = ro.group_size
+    flat_rewards = ro.rewards.view(-1)
+    rows = []
+    for i, c in enumerate(ro.completions):
+        ex = ro.examples[i // n]
+        r = flat_rewards[i]
+        rows.append({
+            "example_id": ex.id, "prompt": ex.prompt, "completion": c.text, "reference": str(ex.reference),
+            "reward": None if torch.isnan(r) else float(r),
+            "advantage": None if advantages is None else float(advantages[i]),
+            "scores": {k: b.results[i].score for k, b in ro.components.items()},
+            "verifier_info": {k: dict(b.results[i].info) for k, b in ro.components.items()},
+            "finish_reason": c.finish_reason, "num_tokens": c.num_tokens,
+        })
+    return rows

@@ -1,0 +1,44 @@
+"""The optimiser and learning-rate schedule every algorithm uses for its policy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from reasoning_rl.algo.base import AlgoConfig
+
+
+def lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]:
+    """Multiplier of the base learning rate at a given step (linear warmup, then the schedule)."""
+
+    def factor(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        if schedule == "linear":
+            return max(0.0, 1.0 - progress)
+        if schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    return factor
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: AlgoConfig,
+                    total_updates: int) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW with ``cfg``'s settings and a LambdaLR over ``total_updates`` optimiser steps."""
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                                  betas=(cfg.adam_beta1, cfg.adam_beta2))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.lr_schedule, cfg.lr_warmup_steps,
+                                                                       total_updates))
+    return optimizer, scheduler
+
+
+def clip_and_measure(params: list[torch.nn.Parameter], max_norm: float) -> float:
+    """Global gradient norm before clipping; clips to ``max_norm`` when it is > 0."""
+    if max_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    return float(torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params if p.grad is not None)))

@@ -1,0 +1,28 @@
+"""The frozen reference policy pi_ref of the KL term: the policy as RL starts.
+
+Written once to ``<run>/reference/`` (atomically) so a resumed run reloads the same
+pi_ref instead of taking the policy of its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from reasoning_rl import checkpoint as ckpt
+from reasoning_rl.algo.base import RunContext
+from reasoning_rl.models import load_pretrained
+
+
+def frozen_reference(ctx: RunContext) -> Any:
+    """pi_ref for this run: a copy of the current policy, or the saved one when resuming."""
+    ref_dir = ctx.run_dir / "reference"
+    if ctx.resumed:
+        if not (ref_dir / "config.json").exists():
+            raise FileNotFoundError(f"cannot resume with a KL term: the reference policy {ref_dir} is missing; "
+                                    "start a new run folder or set algo.beta=0")
+        ref, _ = load_pretrained(str(ref_dir), device=ctx.cfg.model.device, dtype=ctx.cfg.model.dtype)
+    else:
+        ref = copy.deepcopy(ctx.model)
+        ckpt.atomic_directory_write(ref_dir, lambda tmp: (ref.save_pretrained(tmp), ctx.tokenizer.save_pretrained(tmp)))
+    return ref.eval().requires_grad_(False)

@@ -1,0 +1,72 @@
+"""GRPO's update through the run loop: micro-batching never changes the result."""
+
+import copy
+
+import pytest
+import torch
+
+from reasoning_rl.trainer import Trainer
+
+
+def _update_from_the_same_start(trainer, ro, micro_batch_size):
+    """One GRPO update (mu optimiser steps) on ``ro`` from the current policy, which is
+    restored afterwards; returns the last step's gradients, the parameters and the metrics.
+    Plain SGD instead of AdamW: Adam's first step is lr * sign(g), which turns float noise
+    in a near-zero gradient into a full-size difference."""
+    algo, model = trainer.algorithm, trainer.model
+    start = copy.deepcopy(model.state_dict())
+    algo.cfg.micro_batch_size = micro_batch_size
+    algo.optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    algo.scheduler = torch.optim.lr_scheduler.LambdaLR(algo.optimizer, lambda _: 1.0)
+    metrics = algo.update(ro)
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model.load_state_dict(start)
+    return grads, params, metrics
+
+
+@pytest.mark.parametrize("aggregation", ["sequence_mean", "token_mean", "constant"])
+@pytest.mark.parametrize("mu", [1, 2])
+def test_micro_batched_update_equals_full_batch_update(small_cfg, tmp_path, aggregation, mu):
+    small_cfg.algo.loss_aggregation = aggregation
+    small_cfg.algo.num_iterations = mu
+    small_cfg.algo.beta = 0.04  # the KL term's gradient is normalised too
+    small_cfg.algo.max_grad_norm = 0.0  # clipping would hide a scale error
+    small_cfg.trainer.shared_prompt_forward = False  # rows of any count per micro-batch
+    small_cfg.evaluation.enabled = False
+    trainer = Trainer(small_cfg, tmp_path / "run")
+    try:
+        trainer.algorithm.setup(None)  # the reference model
+        ro = trainer.algorithm.rollout(0)
+        # Fixed advantages so every row pulls (the sampled rewards may all be equal at step 0).
+        ro.advantages = torch.linspace(-1.0, 1.0, len(ro.completions))
+        g_full, p_full, m_full = _update_from_the_same_start(trainer, ro, micro_batch_size=len(ro.completions))
+        g_split, p_split, m_split = _update_from_the_same_start(trainer, ro, micro_batch_size=3)  # 3 + 3 + 2 rows
+    finally:
+        trainer.close()
+    assert any(g.abs().max() > 1e-4 for g in g_full.values())
+    for name in g_full:
+        assert torch.allclose(g_full[name], g_split[name], atol=1e-6, rtol=1e-4), name
+        assert torch.allclose(p_full[name], p_split[name], atol=1e-6, rtol=1e-4), name
+    for key in ("loss/total", "loss/policy", "kl/mean", "ratio/mean", "entropy/mean", "grad/norm"):
+        assert m_split[key] == pytest.approx(m_full[key], rel=1e-4, abs=1e-6), key
+
+
+def test_grad_norm_is_the_mean_over_the_mu_updates(small_cfg, tmp_path):
+    """With lr = 0 the policy never moves, so each of mu updates sees the same gradient:
+    the logged norm must not depend on mu (a sum over updates would double it at mu = 2)."""
+    small_cfg.algo.learning_rate = 0.0
+    small_cfg.evaluation.enabled = False
+    trainer = Trainer(small_cfg, tmp_path / "run")
+    try:
+        trainer.algorithm.setup(None)
+        ro = trainer.algorithm.rollout(0)
+        ro.advantages = torch.linspace(-1.0, 1.0, len(ro.completions))
+        norms = {}
+        for mu in (1, 2):
+            trainer.algorithm.cfg.num_iterations = mu
+            norms[mu] = trainer.algorithm.update(ro)["grad/norm"]
+    finally:
+        trainer.close()
+    assert norms[1] > 0
+    assert norms[2] == pytest.approx(norms[1], rel=1e-5)
