@@ -12,47 +12,19 @@ that ``resume`` would pick up.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from reasoning_rl.atomic import atomic_directory_write
+
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.pt"
-
-
-def atomic_directory_write(final: Path, write: Callable[[Path], None]) -> Path:
-    """Run ``write(tmp_dir)`` then rename ``tmp_dir`` to ``final`` (replacing an old one)."""
-    final = Path(final)
-    tmp = final.parent / f".{final.name}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    write(tmp)
-    if final.exists():
-        old = final.parent / f".{final.name}.old"
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, final)
-    return final
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a text file via a temporary file and ``os.replace``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def rng_state() -> dict[str, Any]:

@@ -16,6 +16,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.config import TrainConfig, register_configs
 
 log = logging.getLogger("reasoning_rl")
@@ -63,7 +64,7 @@ def _hydra_main(cfg: DictConfig) -> float:
     train_cfg = to_train_config(cfg)
     run_dir = Path(train_cfg.trainer.output_dir or HydraConfig.get().runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     log.info("run folder: %s", run_dir)
     trainer = Trainer(train_cfg, run_dir)
     try:
@@ -72,7 +73,7 @@ def _hydra_main(cfg: DictConfig) -> float:
         trainer.close()
     table = format_eval_table(summary)
     if table:
-        (run_dir / "eval_table.md").write_text(table + "\n")
+        atomic_write_text(run_dir / "eval_table.md", table + "\n")
         print("\n" + table)
     print(f"\nrun folder: {run_dir}\nfinal checkpoint: {summary['final_checkpoint']}\nreward curve: {summary['plot']}")
     if "warm_start" in summary:

@@ -7,11 +7,14 @@ Metric keys are namespaced (``reward/mean``, ``loss/policy``, ``kl/mean``,
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
 
 
 class MetricsLogger:
@@ -65,9 +68,7 @@ def _truncate_after_step(path: Path, step: int) -> None:
     if not path.exists():
         return
     kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(line + "\n" for line in kept))
-    tmp.replace(path)
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 def _plain(value: Any) -> Any:
@@ -104,6 +105,8 @@ def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
         ax.legend()
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
     return Path(path)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from reasoning_rl import checkpoint as ckpt
 from reasoning_rl.algo.base import RunContext
+from reasoning_rl.atomic import atomic_directory_write
 from reasoning_rl.models import load_pretrained
 
 
@@ -24,5 +24,5 @@ def frozen_reference(ctx: RunContext) -> Any:
         ref, _ = load_pretrained(str(ref_dir), device=ctx.cfg.model.device, dtype=ctx.cfg.model.dtype)
     else:
         ref = copy.deepcopy(ctx.model)
-        ckpt.atomic_directory_write(ref_dir, lambda tmp: (ref.save_pretrained(tmp), ctx.tokenizer.save_pretrained(tmp)))
+        atomic_directory_write(ref_dir, lambda tmp: (ref.save_pretrained(tmp), ctx.tokenizer.save_pretrained(tmp)))
     return ref.eval().requires_grad_(False)

@@ -28,6 +28,7 @@ import torch
 from reasoning_rl import checkpoint as ckpt
 from reasoning_rl.algo.base import Algorithm, RunContext
 from reasoning_rl.algo.registry import get_algorithm
+from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.config import TrainConfig, validate
 from reasoning_rl.heldout import evaluate_heldout
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics
@@ -118,7 +119,7 @@ class Trainer:
     # -- the loop ---------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         cfg = self.cfg
-        ckpt.atomic_write_text(self.run_dir / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
+        atomic_write_text(self.run_dir / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "algorithm": cfg.algo.name,
                                    "variant": cfg.algo.variant, "label": self.algorithm.label}
         warm = self._warm_start()
@@ -130,7 +131,7 @@ class Trainer:
         before_path = self.run_dir / "eval_before.json"
         if self.eval_examples and not before_path.exists():
             before = self.evaluate()
-            ckpt.atomic_write_text(before_path, json.dumps(before, indent=2))
+            atomic_write_text(before_path, json.dumps(before, indent=2))
             log.info("[eval before %s] %s", self.algorithm.label, before)
         progress = _progress(cfg.trainer.progress_bar, cfg.trainer.steps, self.step, self.algorithm.label)
         try:
@@ -163,12 +164,12 @@ class Trainer:
         summary["final_checkpoint"] = str(final)
         if self.eval_examples:
             after = self.evaluate()
-            ckpt.atomic_write_text(self.run_dir / "eval_after.json", json.dumps(after, indent=2))
+            atomic_write_text(self.run_dir / "eval_after.json", json.dumps(after, indent=2))
             summary["eval_before"] = json.loads(before_path.read_text())
             summary["eval_after"] = after
         plot = plot_training_curves(read_metrics(self.run_dir / "metrics.jsonl"), self.run_dir / "reward_curve.png")
         summary["plot"] = str(plot) if plot else None
-        ckpt.atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         return summary
 
     def evaluate(self) -> dict[str, float]:
