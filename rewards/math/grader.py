@@ -56,12 +56,14 @@ class GraderConfig:
 @dataclass(frozen=True)
 class Grade:
     """Outcome of one comparison: ``equal``, the ``strategy`` that decided, and a
-    ``status`` other than ``ok`` when it could not be decided (``reason`` says why)."""
+    ``status`` other than ``ok`` when it could not be decided (``reason`` says why;
+    for a crash inside SymPy, ``traceback`` is the worker's traceback)."""
 
     equal: bool
     strategy: str
     status: GradeStatus = "ok"
     reason: str = ""
+    traceback: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,9 +75,9 @@ class _Pair:
 
 
 class _Undecided(Exception):
-    def __init__(self, status: GradeStatus, reason: str) -> None:
+    def __init__(self, status: GradeStatus, reason: str, traceback: str = "") -> None:
         super().__init__(reason)
-        self.status, self.reason = status, reason
+        self.status, self.reason, self.traceback = status, reason, traceback
 
 
 def string_match(pair: _Pair, config: GraderConfig) -> Verdict:
@@ -107,7 +109,9 @@ def sympy_match(pair: _Pair, config: GraderConfig) -> Verdict:
         return bool(outcome.value)
     if outcome.status == "timeout":
         raise _Undecided("timeout", f"SymPy comparison killed after {config.sympy_timeout:g}s")
-    raise _Undecided("error", f"SymPy comparison failed: {outcome.message.strip().splitlines()[-1:]}")
+    # SymPy raised (or its worker died): an error, never a silent "not equal".
+    last_line = outcome.message.strip().splitlines()[-1] if outcome.message.strip() else "no message"
+    raise _Undecided("error", f"SymPy comparison failed: {last_line}", outcome.message)
 
 
 Strategy = Callable[[_Pair, GraderConfig], Verdict]
@@ -152,7 +156,7 @@ def _grade(gold: str, pred: str, config: GraderConfig) -> Grade:
                 return Grade(verdict, name)
         return Grade(False, "none", "ok", "no strategy could decide")
     except _Undecided as undecided:
-        return Grade(False, "sympy", undecided.status, undecided.reason)
+        return Grade(False, "sympy", undecided.status, undecided.reason, undecided.traceback)
     except RecursionError:
         return Grade(False, "parse", "error", "the answer is nested too deeply to parse")
     except Exception as exc:  # a bug or odd input must not crash a training step; reported, not hidden

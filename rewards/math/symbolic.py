@@ -13,6 +13,13 @@ nothing here is imported by the cheap path. Two expressions are equal when
    points, within 1e-12 relative and with no certified non-zero difference;
 3. the numbers cannot be computed (undefined functions, symbolic sums): ``simplify(a - b) == 0``.
 
+A leaf that does not parse (not LaTeX, not an expression) is simply not equal. Once
+both sides are parsed, an exception raised by SymPy while comparing them is not a
+verdict: it propagates out of :func:`compare_with_sympy`, and the grader reports the
+comparison as ``status="error"`` with the exception in its reason. (The narrow
+``TypeError``/``ValueError`` catches around numeric evaluation are SymPy's way of
+saying "this is not a number", which moves on to the next test; they are not crashes.)
+
 Random points are drawn from a fixed seed in [0.5, 2.5] (positive, so square roots
 and logarithms stay real), which makes the verdict reproducible; identities that
 hold only for positive values (``\\sqrt{x^2} = x``) are accepted -- a known limit.
@@ -85,25 +92,30 @@ def to_sympy(latex: str) -> Any:
         interpret_contains_as_eq=False,
         lowercase_symbols=False,
     )
+    # Only the parsers sit inside the broad catches: they raise many types on text that is
+    # not an expression, and that means "not parsable", not "SymPy crashed".
     try:
-        return _defined(_evaluate_matrices(latex2sympy(text, normalization_config=None, conversion_config=config)))
-    except Exception:  # the LaTeX parser raises many types; any failure means "not LaTeX"
+        parsed = latex2sympy(text, normalization_config=None, conversion_config=config)
+    except Exception:  # ANTLR errors, LaTeXParsingError, TypeError, ...: not LaTeX
         pass
+    else:
+        return _defined(_evaluate_matrices(parsed))
     if "\\" in text:
         return None
-    try:
-        from sympy.parsing.sympy_parser import (
-            convert_xor,
-            implicit_multiplication_application,
-            parse_expr,
-            standard_transformations,
-        )
+    from sympy.parsing.sympy_parser import (
+        convert_xor,
+        implicit_multiplication_application,
+        parse_expr,
+        standard_transformations,
+    )
 
-        return _defined(parse_expr(
+    try:
+        parsed = parse_expr(
             text, transformations=(*standard_transformations, implicit_multiplication_application, convert_xor)
-        ))
-    except Exception:  # parse_expr raises SyntaxError, TokenError, TypeError, ...
+        )
+    except Exception:  # SyntaxError, TokenError, TypeError, ...: not an expression
         return None
+    return _defined(parsed)
 
 
 def _defined(obj: Any) -> Any:
@@ -171,10 +183,7 @@ def expressions_equal(a: Any, b: Any, float_rel_tol: float, points: int) -> bool
         verdict = _agree_at_points(a, b, free, float_rel_tol if inexact else _EXACT_POINT_TOL, points, not inexact)
     if verdict is not None:
         return verdict
-    try:
-        return bool(sympy.simplify(a - b) == 0)
-    except Exception:  # SymPy raises arbitrary errors on odd input: not provably equal
-        return False
+    return bool(sympy.simplify(a - b) == 0)  # a SymPy crash here propagates: the grade is an error
 
 
 def relations_equal(gold: Relation, pred: Relation, float_rel_tol: float, points: int) -> bool:
@@ -218,10 +227,7 @@ def _constant_ratio(a: Any, b: Any, float_rel_tol: float, points: int) -> comple
     if len(ratios) >= min(points, 2):
         first = ratios[0]
         return first if all(abs(r - first) <= tol * max(abs(r), abs(first)) for r in ratios) else None
-    try:  # could not evaluate: ask SymPy for the ratio
-        ratio = sympy.simplify(a / b)
-    except Exception:  # SymPy failure: cannot prove the two equivalent
-        return None
+    ratio = sympy.simplify(a / b)  # could not evaluate: ask SymPy (a crash propagates)
     if ratio.free_symbols or not ratio.is_number or ratio.has(sympy.zoo, sympy.nan):
         return None
     return complex(ratio)

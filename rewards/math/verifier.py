@@ -8,7 +8,8 @@ grades them with :func:`rewards.math.grader.grade`:
 * ``ok`` with score 1.0 / 0.0 -- compared (no answer found in the completion is 0.0);
 * ``unscorable`` -- the reference holds no usable answer (never silently 0);
 * ``timeout``    -- the SymPy comparison passed its time limit and was killed;
-* ``error``      -- the comparison failed; ``info["reason"]`` says why.
+* ``error``      -- the comparison failed (SymPy raised, its worker died, odd input);
+  ``info["reason"]`` says why, ``info["traceback"]`` holds SymPy's traceback when there is one.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class MathVerifier:
             return VerifierResult.unscorable(result.reason, **info)
         if result.status == "timeout":
             return VerifierResult.timeout(self.config.sympy_timeout, **info)
+        if result.traceback:
+            info["traceback"] = result.traceback
         return VerifierResult.error(result.reason, **info)
 
     def __repr__(self) -> str:
