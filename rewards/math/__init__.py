@@ -5,8 +5,9 @@
     is_equivalent("0.3333333333", "\\frac{1}{3}")                     # True (pred, gold)
 
 Modules, one job each: :mod:`~rewards.math.extract` (find the answer),
-:mod:`~rewards.math.normalize` (LaTeX clean-up), :mod:`~rewards.math.numbers` (exact
-numbers), :mod:`~rewards.math.parse` (answer structure), :mod:`~rewards.math.compare`
+:mod:`~rewards.math.normalize` (LaTeX clean-up), :mod:`~rewards.math.braces` (brace
+matching), :mod:`~rewards.math.numbers` (exact numbers), :mod:`~rewards.math.parse`
+(answer structure), :mod:`~rewards.math.compare`
 (structural comparison), :mod:`~rewards.math.symbolic` (SymPy, in a worker),
 :mod:`~rewards.math.limits` (the time limit), :mod:`~rewards.math.grader` (the
 strategy chain) and :mod:`~rewards.math.verifier` (the ``math`` reward verifier).

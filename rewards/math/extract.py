@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rewards.math.braces import matching_brace
 from rewards.math.normalize import undo_double_escaping
 
 
@@ -142,7 +143,7 @@ def _boxed(text: str, join: bool) -> tuple[int, str] | None:
     boxes: list[tuple[int, int, str]] = []  # (start, end, content)
     for m in _BOX_RE.finditer(text):
         if m.group(1) == "{":
-            end = _close_brace(text, m.end() - 1)
+            end = matching_brace(text, m.end() - 1)
             if end < 0:  # unclosed: take the rest of the text
                 boxes.append((m.start(), len(text), text[m.end() :]))
                 continue
@@ -172,24 +173,6 @@ def _is_connective(gap: str) -> bool:
         return _JOIN_GAP_RE.match(gap) is not None or len(gap.strip()) <= 12
     lowered = [w.lower() for w in words]
     return len(words) <= 5 and ("and" in lowered or "or" in lowered)
-
-
-def _close_brace(text: str, open_index: int) -> int:
-    depth = 0
-    i = open_index
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
 
 
 def _phrase_answer(rest: str) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from rewards.math.braces import matching_brace
+
 # Commands whose argument is shown as plain text: keep the argument, drop the command.
 _TEXT_COMMANDS = (
     "text", "textbf", "textit", "textrm", "textnormal", "textsf", "texttt", "mbox", "mathrm",
@@ -85,7 +87,7 @@ def normalize(answer: str) -> str:
     s = s.strip(" ,;:")
     s = re.sub(r"^\.(?!\d)|\.$", "", s).strip()
     # A lone pair of braces around the whole answer: {5} -> 5 (a set is written \{5\}).
-    while s.startswith("{") and s.endswith("}") and _matching_close(s, 0) == len(s) - 1:
+    while s.startswith("{") and s.endswith("}") and matching_brace(s, 0) == len(s) - 1:
         s = s[1:-1].strip()
     return s
 
@@ -97,16 +99,3 @@ def compact(s: str) -> str:
 
 def _brace(token: str) -> str:
     return token if token.startswith("{") else "{" + token + "}"
-
-
-def _matching_close(s: str, open_index: int) -> int:
-    """Index of the brace closing the one at ``open_index`` (-1 when unbalanced)."""
-    depth = 0
-    for i in range(open_index, len(s)):
-        if s[i] == "{" and (i == 0 or s[i - 1] != "\\"):
-            depth += 1
-        elif s[i] == "}" and (i == 0 or s[i - 1] != "\\"):
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
