@@ -101,3 +101,33 @@ def completion_rows(ro: ScoredGroups, advantages: torch.Tensor | None = None) ->
             "finish_reason": c.finish_reason, "num_tokens": c.num_tokens,
         })
     return rows
+
+
+def informative_groups(rewards: torch.Tensor, tol: float = 1e-8) -> torch.Tensor:
+    """Groups whose valid rewards are not all equal (the others have zero advantage).  # [B] bool"""
+    valid = ~torch.isnan(rewards)
+    filled_hi = torch.where(valid, rewards, -math.inf).amax(dim=1)
+    filled_lo = torch.where(valid, rewards, math.inf).amin(dim=1)
+    return (valid.sum(dim=1) >= 2) & ((filled_hi - filled_lo) > tol)
+
+
+def _batch_of(results: list, seconds: float) -> BatchScores:
+    return BatchScores(results=results, num_timeouts=sum(r.status == "timeout" for r in results),
+                       num_errors=sum(r.status == "error" for r in results),
+                       num_unscorable=sum(r.status == "unscorable" for r in results), seconds=seconds)
+
+
+def select_groups(parts: list[ScoredGroups], keep: list[tuple[int, int]]) -> ScoredGroups:
+    """The groups ``keep`` = [(part, group index), ...] of several sampling rounds, as one batch.
+    Verifier failures count every scored sample, kept or not (they happened)."""
+    n = parts[0].group_size
+    examples = [parts[p].examples[g] for p, g in keep]
+    completions = [c for p, g in keep for c in parts[p].completions[g * n:(g + 1) * n]]
+    rewards = torch.stack([parts[p].rewards[g] for p, g in keep]) if keep else parts[0].rewards[:0]
+    components = {
+        key: _batch_of([r for p, g in keep for r in parts[p].components[key].results[g * n:(g + 1) * n]],
+                       sum(pt.components[key].seconds for pt in parts))
+        for key in parts[0].components
+    }
+    failures = {k: sum(pt.verifier_failures[k] for pt in parts) for k in parts[0].verifier_failures}
+    return ScoredGroups(examples, completions, rewards, components, failures)

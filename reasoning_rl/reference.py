@@ -26,3 +26,11 @@ def frozen_reference(ctx: RunContext) -> Any:
         ref = copy.deepcopy(ctx.model)
         atomic_directory_write(ref_dir, lambda tmp: (ref.save_pretrained(tmp), ctx.tokenizer.save_pretrained(tmp)))
     return ref.eval().requires_grad_(False)
+
+
+def reset_reference(ctx: RunContext, ref: Any) -> None:
+    """Iterative GRPO (DeepSeekMath sec. 4.1.3): pi_ref <- the current policy, saved again so a
+    resumed run continues with the same reference."""
+    ref.load_state_dict(ctx.model.state_dict())
+    atomic_directory_write(ctx.run_dir / "reference", lambda tmp: (ref.save_pretrained(tmp),
+                                                                   ctx.tokenizer.save_pretrained(tmp)))

@@ -93,7 +93,23 @@ def rloo_advantages(rewards: torch.Tensor, eps: float = 1e-6, std: str = "none")
     return torch.where(valid, (rewards - mean) * factor, 0.0)
 
 
+def reinforce_pp_advantages(rewards: torch.Tensor, eps: float = 1e-6, std: str = "batch") -> torch.Tensor:
+    """REINFORCE++ with a group baseline (Hu et al. 2025, arXiv 2501.03262, sec. 3.2):
+    subtract each group's mean, then normalise over the whole batch:
+
+        A'_i = r_i - mean(group(i))        A_i = (A'_i - mean_batch(A')) / (std_batch(A') + eps)
+
+    over valid (scorable) samples; an unscorable sample gets 0."""
+    valid = ~torch.isnan(rewards)
+    centred = grpo_advantages(rewards, std="none")  # [B, G], 0 where invalid
+    flat = centred[valid]
+    if flat.numel() < 2:
+        return torch.zeros_like(centred)
+    return torch.where(valid, (centred - flat.mean()) / (flat.std(unbiased=False) + eps), 0.0)
+
+
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
+    "reinforce_pp": reinforce_pp_advantages,
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,
     "rloo": rloo_advantages,

@@ -30,13 +30,20 @@ from reasoning_rl.algo.advantages import (
     zero_std_fraction,
 )
 from reasoning_rl.algo.base import AlgoConfig, Algorithm, StepOutput
-from reasoning_rl.algo.losses import LOSS_AGGREGATIONS, LossNormalizer, grpo_loss
+from reasoning_rl.algo.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, LossNormalizer, grpo_loss
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.batching import pack
-from reasoning_rl.groups import ScoredGroups, completion_rows, rollout_metrics, sample_and_score
+from reasoning_rl.groups import (
+    ScoredGroups,
+    completion_rows,
+    informative_groups,
+    rollout_metrics,
+    sample_and_score,
+    select_groups,
+)
 from reasoning_rl.logprobs import completion_logprobs, frozen_logprobs, pad_rows
 from reasoning_rl.optim import build_optimizer, clip_and_measure
-from reasoning_rl.reference import frozen_reference
+from reasoning_rl.reference import frozen_reference, reset_reference
 
 
 @dataclass
@@ -63,6 +70,17 @@ class GRPOConfig(AlgoConfig):
     """sequence_mean (paper), token_mean (DAPO) or constant (Dr. GRPO)."""
     num_iterations: int = 1
     """mu: optimisation steps on each batch of rollouts (old log-probs kept from sampling time)."""
+    kl_estimator: str = "k3"
+    """KL term: k3 (paper), k3_is (ratio * k3, TRL's bias correction), k1, k2 (verl); docs/grpo.md."""
+    ratio_level: str = "token"
+    """token (GRPO's per-token ratios) or sequence (GSPO, arXiv 2507.18071: one length-normalised ratio per sample)."""
+    ref_reset_every: int = 0
+    """Iterative GRPO (paper sec. 4.1.3): reset pi_ref to the current policy every N steps (0 = never)."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: drop groups whose rewards are all equal and sample more prompts
+    until prompts_per_step informative groups are found (or the round cap is hit)."""
+    dynamic_sampling_max_rounds: int = 3
+    """Extra sampling rounds a step may spend on dynamic sampling before training on what it has."""
 
     def problems(self) -> list[str]:
         out = super().problems()
@@ -79,6 +97,12 @@ class GRPOConfig(AlgoConfig):
             out.append(f"algo.num_iterations must be >= 1, got {self.num_iterations}")
         if self.beta < 0:
             out.append(f"algo.beta must be >= 0, got {self.beta}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            out.append(f"algo.kl_estimator={self.kl_estimator!r} is unknown; choose one of {sorted(KL_ESTIMATORS)}")
+        if self.ratio_level not in ("token", "sequence"):
+            out.append(f"algo.ratio_level={self.ratio_level!r} is unknown; choose token or sequence")
+        if self.ref_reset_every < 0 or self.dynamic_sampling_max_rounds < 0:
+            out.append("algo.ref_reset_every and algo.dynamic_sampling_max_rounds must be >= 0")
         if not (0 <= self.eps_low < 1) or self.eps_high < 0:
             out.append(f"need 0 <= algo.eps_low < 1 and algo.eps_high >= 0, got {self.eps_low}, {self.eps_high}")
         return out
@@ -113,12 +137,15 @@ class GRPO(Algorithm):
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
 
     def step(self, step: int) -> StepOutput:
+        if self.ref_model is not None and self.cfg.ref_reset_every and step and step % self.cfg.ref_reset_every == 0:
+            reset_reference(self.ctx, self.ref_model)  # iterative GRPO: pi_ref <- pi_theta
         t0 = time.perf_counter()
         ro = self.rollout(step)
         t1 = time.perf_counter()
         metrics = self.update(ro)
         t2 = time.perf_counter()
         metrics.update(rollout_metrics(ro, self.ctx.reward.specs[0].key))
+        metrics.update(self.dynamic_stats)
         metrics.update({
             "groups/zero_std_fraction": zero_std_fraction(ro.rewards),
             "advantage/abs_mean": float(ro.advantages.abs().mean()),
@@ -130,13 +157,39 @@ class GRPO(Algorithm):
     def rollout(self, step: int) -> Rollouts:
         """Sample G completions per prompt, score them, compute advantages."""
         a, ctx = self.cfg, self.ctx
+        seed = ctx.cfg.trainer.seed * 1_000_003 + step
         examples = [ctx.train_examples[i] for i in ctx.sampler.next(a.prompts_per_step)]
-        groups = sample_and_score(ctx, examples, a.group_size, seed=ctx.cfg.trainer.seed * 1_000_003 + step)
+        groups = sample_and_score(ctx, examples, a.group_size, seed=seed)
+        self.dynamic_stats: dict[str, float] = {}
+        if a.dynamic_sampling:
+            groups = self._dynamic_sampling(groups, seed)
         options: dict[str, Any] = {"eps": a.adv_eps}
         if a.advantage == "grpo":
             options["std"] = a.std
         advantages = compute_advantages(groups.rewards, a.advantage, **options).reshape(-1)  # [B*G]
         return Rollouts.of(groups, advantages)
+
+    def _dynamic_sampling(self, first: ScoredGroups, seed: int) -> ScoredGroups:
+        """DAPO (arXiv 2503.14476, sec. 3.2): keep only groups whose rewards differ; sample more
+        prompts (at most ``dynamic_sampling_max_rounds`` rounds) until the batch is full. Steps that
+        still fall short train on the informative groups they have."""
+        a, ctx = self.cfg, self.ctx
+        parts = [first]
+        keep = [(0, int(g)) for g in informative_groups(first.rewards).nonzero().flatten()]
+        rounds = 0
+        while len(keep) < a.prompts_per_step and rounds < a.dynamic_sampling_max_rounds:
+            rounds += 1
+            examples = [ctx.train_examples[i] for i in ctx.sampler.next(a.prompts_per_step)]
+            part = sample_and_score(ctx, examples, a.group_size, seed=seed + 7_919 * rounds)
+            parts.append(part)
+            keep += [(len(parts) - 1, int(g)) for g in informative_groups(part.rewards).nonzero().flatten()]
+        keep = keep[: a.prompts_per_step]
+        sampled = sum(len(p.completions) for p in parts)
+        if not keep:  # nothing informative at all: train on the first round (zero policy gradient, KL only)
+            keep = [(0, g) for g in range(len(first.examples))]
+        self.dynamic_stats = {"dynamic/extra_rounds": rounds, "dynamic/groups_kept": len(keep),
+                              "dynamic/wasted_rollouts": sampled - len(keep) * a.group_size}
+        return select_groups(parts, keep)
 
     def _micro_batch(self) -> tuple[int, int]:
         """(rows per micro-batch, rows sharing a prompt). With the shared-prompt forward a
@@ -180,7 +233,8 @@ class GRPO(Algorithm):
                 ref_logp = None if ref is None else pad_rows(ref[s:e], mask.shape[1]).to(ctx.device)
                 out = grpo_loss(logp, old_logp, ref_logp, ro.advantages[s:e].to(ctx.device), mask,
                                 beta=a.beta, eps_low=a.eps_low, eps_high=a.eps_high,
-                                aggregation=a.loss_aggregation, normalizer=norm)
+                                aggregation=a.loss_aggregation, normalizer=norm,
+                                kl_estimator=a.kl_estimator, ratio_level=a.ratio_level)
                 out.loss.backward()  # micro-batch losses add up to the batch loss: no re-weighting
                 totals["loss"] += float(out.loss.detach())
                 totals["policy"] += out.policy_loss

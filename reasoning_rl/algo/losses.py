@@ -55,6 +55,43 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio) - log_ratio - 1.0
 
 
+def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """KL_k1 = log pi_theta - log pi_ref: unbiased for KL(pi_theta || pi_ref) but can be negative
+    (Schulman 2020; verl's ``kl``).  # [B, L]"""
+    return logp - ref_logp
+
+
+def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """KL_k2 = 1/2 (log pi_theta - log pi_ref)^2: biased, low variance, non-negative
+    (Schulman 2020; verl's ``mse``).  # [B, L]"""
+    return 0.5 * (logp - ref_logp) ** 2
+
+
+def kl_k3_importance_weighted(logp: torch.Tensor, ref_logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """ratio * KL_k3 with ratio = pi_theta / pi_old (TRL's ``use_bias_correction_kl=True``).  # [B, L]
+
+    The samples come from pi_old, so E_{pi_old}[ratio * k3] estimates E_{pi_theta}[k3]. Even at
+    ratio 1 its gradient differs from k3's: d(ratio * k3) = k3 * d log pi + (1 - pi_ref/pi) d log pi,
+    i.e. k3 / (1 - pi_ref/pi) larger (39% at pi_ref/pi = 0.5; docs/grpo.md)."""
+    return policy_ratio(logp, old_logp) * kl_k3(logp, ref_logp)
+
+
+KL_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
+    "k3": lambda logp, ref, old: kl_k3(logp, ref),
+    "k3_is": kl_k3_importance_weighted,
+    "k1": lambda logp, ref, old: kl_k1(logp, ref),
+    "k2": lambda logp, ref, old: kl_k2(logp, ref),
+}
+"""``algo.kl_estimator`` -> per-token KL term ``(logp, ref_logp, old_logp) -> [B, L]``."""
+
+
+def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's (Zheng et al. 2025, arXiv 2507.18071) length-normalised sequence ratio, in log space,
+    broadcast over the sequence's tokens:  log s_i = 1/|o_i| sum_t (log pi_theta - log pi_old).  # [B, L]"""
+    per_seq = masked_sum(logp - old_logp, mask, dim=-1) / mask.sum(-1).clamp(min=1)  # [B]
+    return per_seq.unsqueeze(-1).expand_as(logp)
+
+
 # -- normalisation: the batch-level denominators, computed once ------------------------------------
 
 @dataclass(frozen=True)
@@ -167,6 +204,8 @@ def grpo_loss(
     eps_high: float,
     aggregation: str = "sequence_mean",
     normalizer: LossNormalizer | None = None,
+    kl_estimator: str = "k3",
+    ratio_level: str = "token",
 ) -> LossOutput:
     """-J(theta) for one micro-batch (see module docstring).
 
@@ -174,13 +213,22 @@ def grpo_loss(
     ``[B, L]``; ``advantages``: ``[B]``; ``mask``: ``[B, L]`` float.
     ``ref_logp`` may be None only when ``beta == 0`` (no reference model loaded).
     ``normalizer`` holds the whole batch's denominators; None = this micro-batch is the batch.
+    ``kl_estimator`` picks the KL term (:data:`KL_ESTIMATORS`; ``k3`` is the paper's);
+    ``ratio_level="sequence"`` uses GSPO's sequence ratio s_i instead of per-token ratios.
     """
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {kl_estimator!r}; expected one of {sorted(KL_ESTIMATORS)}")
+    if ratio_level not in ("token", "sequence"):
+        raise ValueError(f"unknown ratio level {ratio_level!r}; expected token or sequence")
     # Padded positions hold 0 before any exp(): a raw pad log-prob (say -1000) against a
     # zero-filled reference row would give exp(1000) = inf in the KL, and a NaN gradient
     # even where the aggregation later drops that position.
     logp, old_logp = masked_fill_padding(logp, mask), masked_fill_padding(old_logp, mask)
     ref_logp = None if ref_logp is None else masked_fill_padding(ref_logp, mask)
-    ratio = policy_ratio(logp, old_logp)  # [B, L]
+    if ratio_level == "sequence":
+        ratio = torch.exp(sequence_log_ratio(logp, old_logp, mask))  # s_i on each token  # [B, L]
+    else:
+        ratio = policy_ratio(logp, old_logp)  # [B, L]
     surrogate = clipped_surrogate(ratio, advantages, eps_low, eps_high)  # [B, L]
     per_token = -surrogate  # we minimise  # [B, L]
     n = float(mask.sum().clamp(min=1))
@@ -188,7 +236,7 @@ def grpo_loss(
     if beta != 0.0:
         if ref_logp is None:
             raise ValueError("beta != 0 needs reference log-probs")
-        kl = kl_k3(logp, ref_logp)  # [B, L]
+        kl = KL_ESTIMATORS[kl_estimator](logp, ref_logp, old_logp)  # [B, L]
         per_token = per_token + beta * kl
         kl_value = float(masked_sum(kl.detach(), mask)) / n
     loss = aggregate(aggregation, per_token, mask, normalizer)
