@@ -8,20 +8,28 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import time
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from reasoning_rl.atomic import atomic_write_text
+from reasoning_rl.checkpoint import latest_checkpoint
 from reasoning_rl.config import TrainConfig, register_configs
+from reasoning_rl.run_status import config_differences, failure_fields, read_status, write_status
 
 log = logging.getLogger("reasoning_rl")
 
 register_configs()
+if not OmegaConf.has_resolver("run_name"):
+    OmegaConf.register_new_resolver("run_name", lambda overrides: run_name(overrides))
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:
@@ -56,6 +64,64 @@ def format_eval_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+class RunFolderConflict(RuntimeError):
+    """The run folder holds another run (other settings): training there would mix the two."""
+
+
+def run_name(override_dirname: str) -> str:
+    """Folder name of one sweep run: its overrides (seed and other excluded keys left out by
+    ``hydra.job.config.override_dirname``), with ``/`` made safe; ``default`` when none."""
+    return override_dirname.replace("/", "_").replace("\\", "_") or "default"
+
+
+def is_multirun() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def parallel_jobs() -> int:
+    """Runs this launcher executes at once on this machine (1 unless Hydra's joblib launcher)."""
+    if not is_multirun():
+        return 1
+    launcher = HydraConfig.get().launcher
+    if "joblib" not in str(launcher.get("_target_", "")):
+        return 1
+    n = int(launcher.get("n_jobs", 1) or 1)
+    return (os.cpu_count() or 1) if n < 0 else n
+
+
+def share_the_cores(train_cfg: TrainConfig, jobs: int) -> None:
+    """With ``jobs`` runs side by side, each gets cores // jobs torch threads and reward workers
+    (unless set explicitly), so parallel runs do not oversubscribe the machine."""
+    if jobs <= 1:
+        return
+    share = max(1, (os.cpu_count() or 1) // jobs)
+    if train_cfg.trainer.num_threads is None or train_cfg.trainer.num_threads > share:
+        train_cfg.trainer.num_threads = share
+    if train_cfg.rollout.reward_workers is None:
+        train_cfg.rollout.reward_workers = share
+
+
+def prepare_run_folder(run_dir: Path, resolved: dict, train_cfg: TrainConfig) -> bool:
+    """Decide what to do with an existing run folder; True when its run is already finished.
+
+    Same settings: a finished run is skipped, an incomplete one resumes from its newest
+    checkpoint (in a sweep, or with trainer.resume=true). Other settings: refused, so two
+    experiments never mix in one folder."""
+    old_config = run_dir / "config.yaml"
+    status = read_status(run_dir)
+    if old_config.exists() and (status is not None or latest_checkpoint(run_dir) is not None):
+        differ = config_differences(yaml.safe_load(old_config.read_text()) or {}, resolved)
+        if differ:
+            raise RunFolderConflict(
+                f"{run_dir} already holds a run with other settings (they differ at {', '.join(differ[:6])}). "
+                "Choose another trainer.output_dir or hydra.sweep.dir, or delete that folder.")
+    if status is not None and status.get("status") == "finished":
+        return True
+    if latest_checkpoint(run_dir) is not None and is_multirun():
+        train_cfg.trainer.resume = True
+    return False
+
+
 @hydra.main(version_base="1.3", config_path="pkg://reasoning_rl.conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> float:
     from reasoning_rl.trainer import Trainer
@@ -64,13 +130,26 @@ def _hydra_main(cfg: DictConfig) -> float:
     train_cfg = to_train_config(cfg)
     run_dir = Path(train_cfg.trainer.output_dir or HydraConfig.get().runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    if prepare_run_folder(run_dir, resolved, train_cfg):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        print(f"{run_dir}: already finished; skipped (delete the folder to train it again)")
+        return float((summary.get("eval_after") or {}).get("greedy_accuracy", 0.0))
+    share_the_cores(train_cfg, parallel_jobs())
     atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    log.info("run folder: %s", run_dir)
-    trainer = Trainer(train_cfg, run_dir)
+    log.info("run folder: %s%s", run_dir, " (resuming)" if train_cfg.trainer.resume else "")
+    write_status(run_dir, "running", resumed=train_cfg.trainer.resume)
+    t0 = time.perf_counter()
     try:
-        summary = trainer.train()
-    finally:
-        trainer.close()
+        trainer = Trainer(train_cfg, run_dir)
+        try:
+            summary = trainer.train()
+        finally:
+            trainer.close()
+    except BaseException as exc:
+        write_status(run_dir, "failed", wall_s=time.perf_counter() - t0, **failure_fields(exc))
+        raise
+    write_status(run_dir, "finished", wall_s=time.perf_counter() - t0, steps=train_cfg.trainer.steps)
     table = format_eval_table(summary)
     if table:
         atomic_write_text(run_dir / "eval_table.md", table + "\n")

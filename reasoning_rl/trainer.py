@@ -126,10 +126,11 @@ class Trainer:
         if warm is not None:
             summary["warm_start"] = warm
         self._setup_algorithm()
-        logger = MetricsLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard,
-                               resume_step=self.step if self.resume_from is not None else None)
+        # A fresh start keeps no metrics of an earlier attempt in this folder; a resumed run
+        # drops those written after its checkpoint, so the log has each step once.
+        logger = MetricsLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=self.step)
         before_path = self.run_dir / "eval_before.json"
-        if self.eval_examples and not before_path.exists():
+        if self.eval_examples and (self.resume_from is None or not before_path.exists()):
             before = self.evaluate()
             atomic_write_text(before_path, json.dumps(before, indent=2))
             log.info("[eval before %s] %s", self.algorithm.label, before)

@@ -60,7 +60,9 @@ def _header(path: Path) -> str:
     return "\n".join(lines)
 
 
-GLOBAL_FILES = [p for p in sorted(CONF.glob("*/*.yaml")) if p.read_text().startswith("# @package _global_")]
+GLOBAL_FILES = [p for p in sorted(CONF.glob("*/*.yaml"))
+                if p.read_text().startswith("# @package _global_") and p.parent.name != "experiment"]
+"""Group files that write into other groups; experiment presets are whole-run settings by design."""
 
 
 @pytest.mark.parametrize("path", GLOBAL_FILES, ids=[str(p.relative_to(CONF)) for p in GLOBAL_FILES])

@@ -1,0 +1,294 @@
+"""``reasoning-rl-report <sweep folder>``: every run of a sweep in one table, plus plots.
+
+    reasoning-rl-report sweeps/arithmetic_tiny_sweep
+    reasoning-rl-report multirun/arithmetic/2026-12-03_14-00-00 --x algo.beta --series algo.group_size
+
+A run is any folder under the sweep holding a ``config.yaml`` written by
+``reasoning-rl-train``. Each gets a row: its setting (the sweep overrides, seed left out),
+seed, status (``finished``, ``failed`` with its error, or ``incomplete``: killed or still
+running), steps done, final training reward and KL (means over the last tenth of the
+steps), held-out accuracy before and after, completion tokens per second and wall time.
+No run is dropped: a run without metrics is still listed with its status.
+
+Written to ``<sweep>/report/``: ``report.md`` (the table), ``runs.json`` and ``runs.csv``
+(one record per run), ``reward_curves.png`` (training reward against step, one line per
+setting, averaged over seeds) and ``accuracy_vs_<x>.png`` (held-out greedy accuracy after
+training against ``--x``, one line per value of ``--series``; by default the swept
+``algo.beta`` and ``algo.group_size``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
+from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_status import read_status
+
+
+@dataclass
+class RunRecord:
+    path: str
+    setting: str
+    seed: int | None
+    status: str
+    steps_done: int
+    steps_total: int | None
+    final_reward: float | None = None
+    final_kl: float | None = None
+    greedy_before: float | None = None
+    greedy_after: float | None = None
+    sampled_after: float | None = None
+    tokens_per_s: float | None = None
+    wall_s: float | None = None
+    error: str | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    """Every config value, dotted (``algo.beta``), for plotting against."""
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(node, dict):
+        return {prefix.rstrip("."): node}
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        out.update(_flatten(v, f"{prefix}{k}."))
+    return out
+
+
+def _tail_mean(metrics: list[dict[str, Any]], key: str) -> float | None:
+    values = [m[key] for m in metrics if isinstance(m.get(key), (int, float)) and math.isfinite(m[key])]
+    if not values:
+        return None
+    tail = values[-max(1, len(values) // 10):]
+    return sum(tail) / len(tail)
+
+
+def _setting(run_dir: Path) -> str:
+    """The run's overrides with seed and the other excluded keys left out, as Hydra named its
+    folder (``hydra.job.override_dirname`` in ``.hydra/hydra.yaml``); else the folder's name."""
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    if hydra_file.exists():
+        job = ((yaml.safe_load(hydra_file.read_text()) or {}).get("hydra") or {}).get("job") or {}
+        if "override_dirname" in job:
+            return job["override_dirname"] or "default"
+    return run_dir.parent.name if run_dir.name.startswith("seed=") else run_dir.name
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()) if path.exists() else None
+    except json.JSONDecodeError:
+        return None
+
+
+def read_run(run_dir: Path, root: Path) -> RunRecord:
+    """Everything the report says about one run folder (never raises on a partial folder)."""
+    values = _flatten(yaml.safe_load((run_dir / "config.yaml").read_text()) or {})
+    status = read_status(run_dir) or {}
+    summary = _json(run_dir / "summary.json")
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    state = status.get("status")
+    if state == "finished" and summary is not None:
+        label = "finished"
+    elif state == "failed":
+        label = "failed"
+    else:
+        label = "incomplete"
+    before, after = _json(run_dir / "eval_before.json") or {}, _json(run_dir / "eval_after.json") or {}
+    wall = status.get("wall_s")
+    if wall is None and metrics:
+        wall = sum(m.get("time/step", 0.0) for m in metrics)
+    throughput = [m["throughput/completion_tokens_per_s"] for m in metrics
+                  if isinstance(m.get("throughput/completion_tokens_per_s"), (int, float))]
+    return RunRecord(
+        path=str(run_dir.relative_to(root)), setting=_setting(run_dir),
+        seed=values.get("trainer.seed"), status=label,
+        steps_done=max((m["step"] for m in metrics), default=0), steps_total=values.get("trainer.steps"),
+        final_reward=_tail_mean(metrics, "reward/mean"), final_kl=_tail_mean(metrics, "kl/mean"),
+        greedy_before=before.get("greedy_accuracy"), greedy_after=after.get("greedy_accuracy"),
+        sampled_after=after.get("sampled_accuracy"),
+        tokens_per_s=sum(throughput) / len(throughput) if throughput else None,
+        wall_s=wall, error=(status.get("error") or "").splitlines()[0][:200] if label == "failed" else None,
+        values=values,
+    )
+
+
+def find_runs(sweep_dir: Path) -> list[RunRecord]:
+    """Every run folder under ``sweep_dir`` (a folder with the config.yaml the CLI writes)."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"sweep folder {str(sweep_dir)!r} does not exist")
+    runs = [read_run(p.parent, sweep_dir) for p in sorted(sweep_dir.rglob("config.yaml"))
+            if "report" not in p.relative_to(sweep_dir).parts and ".hydra" not in p.parts]
+    return sorted(runs, key=lambda r: (r.setting, r.seed if r.seed is not None else -1))
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def format_table(runs: list[RunRecord]) -> str:
+    lines = ["| setting | seed | status | steps | reward (last 10%) | KL (last 10%) | greedy before | greedy after "
+             "| sampled after | tokens/s | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        status = r.status + (f": {r.error}" if r.error else "")
+        steps = f"{r.steps_done}/{r.steps_total}" if r.steps_total is not None else str(r.steps_done)
+        wall = "-" if r.wall_s is None else f"{r.wall_s / 60:.1f} min"
+        lines.append(f"| {r.setting} | {r.seed} | {status} | {steps} | {_num(r.final_reward, '.3f')} "
+                     f"| {_num(r.final_kl, '.4f')} | {_pct(r.greedy_before)} | {_pct(r.greedy_after)} "
+                     f"| {_pct(r.sampled_after)} | {_num(r.tokens_per_s, '.0f')} | {wall} |")
+    counts = defaultdict(int)
+    for r in runs:
+        counts[r.status] += 1
+    lines.append("")
+    lines.append(f"{len(runs)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def _swept(runs: list[RunRecord], key: str) -> bool:
+    return len({json.dumps(r.values.get(key)) for r in runs}) > 1
+
+
+def _png(fig: Any) -> bytes:
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
+
+
+def plot_reward_curves(sweep_dir: Path, runs: list[RunRecord]) -> bytes | None:
+    """Training reward against step, one line per setting (mean over its seeds, smoothed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_setting: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        for m in read_metrics(sweep_dir / r.path / "metrics.jsonl"):
+            value = m.get("reward/mean")
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                by_setting[r.setting][m["step"]].append(value)
+    if not by_setting:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for setting, per_step in sorted(by_setting.items()):
+        steps = sorted(per_step)
+        means = [sum(per_step[s]) / len(per_step[s]) for s in steps]
+        window = max(1, len(means) // 20)
+        smooth = [sum(means[max(0, i - window + 1):i + 1]) / len(means[max(0, i - window + 1):i + 1])
+                  for i in range(len(means))]
+        ax.plot(steps, smooth, label=setting)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training reward (moving average)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    data = _png(fig)
+    plt.close(fig)
+    return data
+
+
+def plot_accuracy(runs: list[RunRecord], x: str, series: str | None) -> bytes | None:
+    """Held-out greedy accuracy after training against ``x``, one line per value of ``series``
+    (mean over seeds; error bars = their standard deviation). Finished runs only."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in runs if r.status == "finished" and r.greedy_after is not None and x in r.values]
+    if not done:
+        return None
+    groups: dict[Any, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in done:
+        groups[r.values.get(series) if series else None][float(r.values[x])].append(r.greedy_after)
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for label, points in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        xs = sorted(points)
+        ys = [statistics.mean(points[v]) for v in xs]
+        err = [statistics.pstdev(points[v]) if len(points[v]) > 1 else 0.0 for v in xs]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"{series}={label}" if series else None)
+    ax.set_xlabel(x)
+    ax.set_ylabel("held-out greedy accuracy after training")
+    ax.grid(alpha=0.3)
+    if series:
+        ax.legend()
+    data = _png(fig)
+    plt.close(fig)
+    return data
+
+
+def write_report(sweep_dir: str | Path, x: str | None = None, series: str | None = None,
+                 out_dir: str | Path | None = None) -> dict[str, Any]:
+    """Collect the sweep's runs, write the report files; returns their paths and the table."""
+    sweep_dir = Path(sweep_dir)
+    runs = find_runs(sweep_dir)
+    if not runs:
+        raise FileNotFoundError(f"no run folders (with a config.yaml from reasoning-rl-train) under {sweep_dir}")
+    out = Path(out_dir) if out_dir else sweep_dir / "report"
+    table = format_table(runs)
+    written = {"table": table, "runs": len(runs)}
+    atomic_write_text(out / "report.md", f"# Sweep report: {sweep_dir}\n\n{table}\n")
+    atomic_write_text(out / "runs.json", json.dumps([asdict(r) for r in runs], indent=2, default=str))
+    columns = [f for f in RunRecord.__dataclass_fields__ if f != "values"]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns)
+    writer.writeheader()
+    for r in runs:
+        writer.writerow({k: v for k, v in asdict(r).items() if k != "values"})
+    atomic_write_text(out / "runs.csv", buffer.getvalue())
+    written["report"] = str(out / "report.md")
+    curves = plot_reward_curves(sweep_dir, runs)
+    if curves is not None:
+        atomic_write_bytes(out / "reward_curves.png", curves)
+        written["reward_curves"] = str(out / "reward_curves.png")
+    x = x or ("algo.beta" if _swept(runs, "algo.beta") else None)
+    if series is None and _swept(runs, "algo.group_size") and x != "algo.group_size":
+        series = "algo.group_size"
+    if x is not None:
+        accuracy = plot_accuracy(runs, x, series)
+        if accuracy is not None:
+            path = out / f"accuracy_vs_{x.replace('.', '_')}.png"
+            atomic_write_bytes(path, accuracy)
+            written["accuracy_plot"] = str(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="reasoning-rl-report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweep_dir", help="a sweep folder (hydra.sweep.dir) or any folder holding run folders")
+    parser.add_argument("--x", help="config key on the accuracy plot's x axis (default: algo.beta when swept)")
+    parser.add_argument("--series", help="config key with one line per value (default: algo.group_size when swept)")
+    parser.add_argument("--out", help="where to write the report (default: <sweep_dir>/report)")
+    args = parser.parse_args(argv)
+    try:
+        written = write_report(args.sweep_dir, args.x, args.series, args.out)
+    except FileNotFoundError as exc:
+        print(f"reasoning-rl-report: {exc}", file=sys.stderr)
+        return 2
+    print(written.pop("table"))
+    for key, path in written.items():
+        if key != "runs":
+            print(f"{key}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

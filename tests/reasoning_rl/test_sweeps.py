@@ -1,0 +1,145 @@
+"""Sweeps: run folders named by their overrides, status files, relaunch skips and resumes,
+the report, launchers and experiment presets."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_module
+
+from reasoning_rl import report
+from reasoning_rl.cli import RunFolderConflict, prepare_run_folder, share_the_cores, to_train_config
+from reasoning_rl.config import TrainConfig, register_configs, validate
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+TINY = [
+    "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.intermediate_size=64",
+    "task.max_train_examples=32", "task.max_eval_examples=4", "algo.prompts_per_step=2", "rollout.max_new_tokens=3",
+    "warmstart.enabled=false", "evaluation.num_examples=4", "evaluation.samples_per_problem=1",
+    "trainer.steps=3", "trainer.save_every=2", "trainer.progress_bar=false", "trainer.tensorboard=false",
+    "trainer.num_threads=1", "rollout.reward_workers=1",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schemas():
+    register_configs()
+
+
+def _compose(overrides, hydra=False):
+    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
+        return compose(config_name="train", overrides=overrides, return_hydra_config=hydra)
+
+
+def _sweep(sweep_dir, *overrides):
+    return subprocess.run(
+        [sys.executable, "-m", "reasoning_rl.cli", "--multirun", f"hydra.sweep.dir={sweep_dir}", *TINY, *overrides],
+        capture_output=True, text=True, cwd=sweep_dir.parent, timeout=900,
+    )
+
+
+@pytest.mark.slow
+def test_sweep_layout_failures_report_and_relaunch(tmp_path):
+    sweep = tmp_path / "sweep"
+    out = _sweep(sweep, "algo.beta=0,0.04", "algo.group_size=1,2,4")
+    # group_size=1 is refused by validation: those runs fail, the sweep exits non-zero at the
+    # end, and every other run still ran to the end.
+    assert out.returncode != 0
+    names = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert names == [f"algo.beta={b},algo.group_size={g}" for b in ("0", "0.04") for g in (1, 2, 4)]
+    for name in names:
+        run = sweep / name / "seed=0"
+        status = json.loads((run / "status.json").read_text())
+        assert (run / "config.yaml").exists()
+        if name.endswith("group_size=1"):
+            assert status["status"] == "failed" and "algo.group_size" in status["error"]
+        else:
+            assert status["status"] == "finished"
+            assert (run / "checkpoint-3" / "config.json").exists() and (run / "summary.json").exists()
+
+    # Kill one run after its step-2 checkpoint, as a pre-empted job would leave it.
+    killed = sweep / "algo.beta=0.04,algo.group_size=4" / "seed=0"
+    for name in ("summary.json", "eval_after.json"):
+        (killed / name).unlink()
+    subprocess.run(["rm", "-rf", str(killed / "checkpoint-3")], check=True)
+    lines = (killed / "metrics.jsonl").read_text().splitlines()[:2]
+    (killed / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    status = json.loads((killed / "status.json").read_text())
+    (killed / "status.json").write_text(json.dumps({**status, "status": "running"}))
+
+    assert report.main([str(sweep)]) == 0
+    table = (sweep / "report" / "report.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| algo.")]
+    assert len(rows) == 6
+    assert sum("| finished |" in r for r in rows) == 3
+    assert sum("| incomplete |" in r for r in rows) == 1 and "| 2/3 |" in next(r for r in rows if "incomplete" in r)
+    assert sum("failed: ValueError" in r for r in rows) == 2
+    records = json.loads((sweep / "report" / "runs.json").read_text())
+    assert {r["status"] for r in records} == {"finished", "failed", "incomplete"}
+    for png in ("reward_curves.png", "accuracy_vs_algo_beta.png"):
+        assert (sweep / "report" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # The same sweep again, without the failing setting: finished runs are skipped, the killed
+    # one resumes from its checkpoint and ends with each step logged once.
+    again = _sweep(sweep, "algo.beta=0,0.04", "algo.group_size=2,4")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("already finished; skipped") == 3
+    assert [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    assert json.loads((killed / "status.json").read_text())["status"] == "finished"
+    assert report.main([str(sweep)]) == 0
+    rows = [line for line in (sweep / "report" / "report.md").read_text().splitlines() if line.startswith("| algo.")]
+    assert sum("| finished |" in r for r in rows) == 4
+
+
+def test_a_folder_holding_another_run_is_refused(tmp_path):
+    cfg = _compose(TINY)
+    from omegaconf import OmegaConf
+
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(resolved))
+    (tmp_path / "status.json").write_text(json.dumps({"status": "finished"}))
+    assert prepare_run_folder(tmp_path, resolved, to_train_config(cfg)) is True  # same settings: skip
+    other = OmegaConf.to_container(_compose([*TINY, "algo.beta=0.5"]), resolve=True)
+    with pytest.raises(RunFolderConflict, match=r"algo\.beta"):
+        prepare_run_folder(tmp_path, other, to_train_config(cfg))
+
+
+def test_parallel_runs_share_the_cores(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    cfg = TrainConfig()
+    cfg.trainer.num_threads, cfg.rollout.reward_workers = None, None
+    share_the_cores(cfg, 4)
+    assert (cfg.trainer.num_threads, cfg.rollout.reward_workers) == (2, 2)
+    cfg.trainer.num_threads = 1  # an explicit, smaller setting stays
+    share_the_cores(cfg, 2)
+    assert cfg.trainer.num_threads == 1
+
+
+@pytest.mark.parametrize(("launcher", "target", "key", "value"), [
+    ("local_parallel", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", "n_jobs", 2),
+    ("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher", "timeout_min", 240),
+])
+def test_launchers_compose_without_a_cluster(launcher, target, key, value):
+    cfg = _compose([f"hydra/launcher={launcher}"], hydra=True)
+    assert cfg.hydra.launcher._target_ == target and cfg.hydra.launcher[key] == value
+
+
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes_validates_and_states_its_command(name):
+    text = (CONF / "experiment" / f"{name}.yaml").read_text()
+    assert f"reasoning-rl-train experiment={name}" in text.splitlines()[1]
+    validate(to_train_config(_compose([f"experiment={name}"])))
+    hydra = _compose([f"experiment={name}"], hydra=True).hydra
+    assert str(hydra.mode) == "RunMode.MULTIRUN" and hydra.sweeper.params
+    assert hydra.sweep.dir == f"sweeps/{name}"  # fixed: relaunching resumes the same sweep
+
+
+def test_report_of_an_empty_folder_is_a_clear_error(tmp_path, capsys):
+    assert report.main([str(tmp_path)]) == 2
+    assert "no run folders" in capsys.readouterr().err
