@@ -1,0 +1,138 @@
+"""The candidate C: the ONLY code in reasoning-rl that executes a model-written program.
+
+C is forked "warm" by the program server (:mod:`.server`) before its program is known; here it
+locks itself down (closed descriptors, clean environment, fresh uid, no new privileges,
+rlimits), receives its job and runs the program: a stdin/stdout program as ``__main__``, or a
+functional program whose functions the harness then calls over C's channel. Everything C
+sends back is untrusted data, decoded by the harness with trusted code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import traceback
+from typing import Any
+
+from .namespaces import PR_SET_NO_NEW_PRIVS
+from .values import decode, encode
+from .wire import sock_recv, sock_send
+
+
+def candidate_main(libc: Any, fds: dict[str, int], chan_fd: int, work: str, uid: int) -> None:
+    """C: lock the process down, receive the job, run the untrusted program. Never returns."""
+    import resource
+
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(fds["out"], 1)
+    os.dup2(fds["err"], 2)
+    os.dup2(chan_fd, 3)
+    os.closerange(4, 1 << 16)  # no pipe to the host, Z or P survives
+    os.chdir(work)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work})
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)
+    chan = socket.socket(fileno=3)
+    job, stdin_fds = sock_recv(chan, with_fds=True)
+    if job is None:
+        os._exit(0)
+    # Privileges go only now, so that a warm C waiting for its job holds no process of C's uid
+    # (everything of that uid is the current program's, which the clean-up relies on).
+    if uid > 0:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)  # drops every capability
+    if os.geteuid() == 0 and os.getpid() != 1:
+        os._exit(71)  # never run a program as root outside its own PID namespace (kill(-1) = the host)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if stdin_fds:
+        os.dup2(stdin_fds[0], 0)
+        os.close(stdin_fds[0])
+    limits, mb = job["limits"], 1 << 20
+    cpu = int(job["timeout"]) + 2
+    for res, value in ((resource.RLIMIT_AS, int(limits.get("memory_mb", 1024)) * mb),
+                       (resource.RLIMIT_CPU, cpu),
+                       (resource.RLIMIT_FSIZE, int(limits.get("file_size_mb", 16)) * mb),
+                       (resource.RLIMIT_NOFILE, int(limits.get("max_open_files", 64))),
+                       (resource.RLIMIT_NPROC, int(limits.get("max_processes", 32))),
+                       (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(res, (value, value + 1 if res == resource.RLIMIT_CPU else value))
+    sys.settrace(None)
+    sys.setprofile(None)
+    sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    if job["mode"] == "stdio":
+        chan.close()
+        _run_stdio_program(job["program"])
+    else:
+        _serve_functions(chan, job["program"])
+
+
+def _flush_exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    os._exit(code)
+
+
+def _run_stdio_program(program: str) -> None:
+    code = 0
+    try:
+        exec(compile(program, "<program>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    _flush_exit(code)
+
+
+def _serve_functions(chan: socket.socket, program: str) -> None:
+    """C's side of the functional protocol. Everything here is untrusted: the program may have
+    rewritten any of it. The harness only ever treats what arrives here as data."""
+    namespace: dict[str, Any] = {"__name__": "__candidate__", "__builtins__": __builtins__}
+    refs: dict[Any, Any] = {"namespace": namespace}
+    try:
+        exec(compile(program, "<program>", "exec"), namespace)
+        hello: dict[str, Any] = {"ready": True}
+    except BaseException as exc:
+        traceback.print_exc()
+        hello = {"load_error": f"{type(exc).__name__}: {exc}"[:2000]}
+    sock_send(chan, hello)
+    if "load_error" in hello:
+        _flush_exit(1)
+    while True:
+        try:
+            msg = sock_recv(chan)
+        except BaseException:
+            msg = None
+        if msg is None:
+            _flush_exit(0)
+        try:
+            if msg["op"] == "get":
+                if msg["name"] not in namespace:
+                    reply: dict[str, Any] = {"missing": True}
+                else:
+                    reply = {"value": encode(namespace[msg["name"]], refs, for_candidate=True)}
+            else:
+                target = msg["target"]
+                fn = namespace[target[1]] if target[0] == "n" else refs[int(target[1])]
+                args = [decode(a, refs) for a in msg["args"]]
+                kwargs = {k: decode(v, refs) for k, v in msg["kwargs"].items()}
+                reply = {"value": encode(fn(*args, **kwargs), refs, for_candidate=True)}
+        except BaseException as exc:
+            reply = {"raised": [type(exc).__name__, str(exc)[:1000]]}
+        for stream in (sys.stdout, sys.stderr):  # P keeps only what reached the files
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        try:
+            sock_send(chan, reply)
+        except BaseException:
+            _flush_exit(1)

@@ -1,0 +1,254 @@
+"""The harness: runs in the zygote Z, trusted, and never runs the program.
+
+It compiles and runs the TESTS (setup code, the prompt's helpers, ``check()``, assert lines);
+``candidate(...)`` / ``f(...)`` in them is a :class:`~.values.RemoteFunction` that sends
+plain-data arguments to C over a private socket pair and decodes C's plain-data reply with
+trusted code. The assertions, the comparisons and the verdict all happen here. This module
+never reads the program's text: only C (:mod:`.candidate`) executes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .values import RemoteFunction, RemoteRef, decode, encode
+from .wire import sock_recv, sock_send
+
+
+class _Deadline(BaseException):
+    """The program's wall-clock time is up: abort the remaining tests."""
+
+
+class _Gone(BaseException):
+    """C died or broke the protocol: abort the remaining tests."""
+
+
+class CandidateError(Exception):
+    """The program raised an exception of a non-builtin type (name and message only)."""
+
+
+_MAPPED_EXCEPTIONS = {
+    name: obj for name, obj in vars(__import__("builtins")).items()
+    if isinstance(obj, type) and issubclass(obj, Exception) and obj not in (StopIteration, StopAsyncIteration)
+}
+
+
+class Channel:
+    """The harness's end of the socket to C, with the program's deadline on every wait."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        self.handles: dict[int, RemoteRef] = {}
+
+    def recv(self) -> Any:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _Deadline
+        self.sock.settimeout(left)
+        try:
+            msg = sock_recv(self.sock)
+        except TimeoutError:
+            raise _Deadline from None
+        except (OSError, ValueError) as exc:
+            raise _Gone(f"the program broke the protocol: {exc!r}") from None
+        if msg is None:
+            raise _Gone("the program's process ended")
+        if not isinstance(msg, dict):
+            raise _Gone("the program broke the protocol")
+        return msg
+
+    def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self.sock.settimeout(max(0.001, self.deadline - time.monotonic()))
+            sock_send(self.sock, msg)
+        except TimeoutError:
+            raise _Deadline from None
+        except OSError:
+            raise _Gone("the program's process ended") from None
+        return self.recv()
+
+    def handle(self, ref: int, type_name: str, is_callable: bool, truth: bool | None) -> RemoteRef:
+        if ref not in self.handles:
+            self.handles[ref] = (RemoteFunction(self, ["r", ref], type_name) if is_callable
+                                 else RemoteRef(ref, type_name, truth))
+        return self.handles[ref]
+
+    def _value(self, reply: dict[str, Any]) -> Any:
+        if "value" in reply:
+            try:
+                return decode(reply["value"], self)
+            except (ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
+                raise CandidateError(f"the program returned a value that is not plain data: {exc}") from None
+        if "raised" in reply:
+            name, message = str(reply["raised"][0]), str(reply["raised"][1])
+            cls = _MAPPED_EXCEPTIONS.get(name)
+            error: Exception | None = None
+            if cls is not None:
+                with contextlib.suppress(TypeError):
+                    error = cls(message)
+            if error is not None:
+                raise error
+            raise CandidateError(f"{name}: {message}")
+        raise _Gone("the program broke the protocol")
+
+    def call(self, target: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        payload = {"op": "call", "target": target, "args": [encode(a, {}, False) for a in args],
+                   "kwargs": {str(k): encode(v, {}, False) for k, v in kwargs.items()}}
+        return self._value(self.request(payload))
+
+    def get(self, name: str) -> Any:
+        reply = self.request({"op": "get", "name": name})
+        if reply.get("missing"):
+            raise KeyError(name)
+        value = reply.get("value")
+        if type(value) is dict and set(value) == {"m"}:
+            # `import math` in the program, `math.isclose` in an assert: the harness imports its
+            # own copy, only of the standard-library module of that very name.
+            if value["m"] != name or name not in sys.stdlib_module_names:
+                raise CandidateError(f"the program's {name!r} is module {value['m']!r}; tests may only "
+                                     "share a standard-library module under its own name")
+            import importlib
+
+            return importlib.import_module(name)
+        return self._value(reply)
+
+
+class _TrustedGlobals(dict):
+    """Globals of the test code: trusted definitions first (setup code, the prompt), builtins
+    never taken from the program (a program-level ``abs = lambda x: 0`` must not reach the
+    tests), anything else (the function under test) fetched from C as a remote function."""
+
+    def __init__(self, channel: Channel) -> None:
+        super().__init__()
+        self.channel = channel
+        self.builtin_names = frozenset(vars(__import__("builtins")))
+
+    def __missing__(self, name: str) -> Any:
+        if name in self.builtin_names or name.startswith("__"):
+            raise KeyError(name)
+        value = self.channel.get(name)
+        self[name] = value
+        return value
+
+
+def _check_units(test_code: str) -> tuple[Any, int]:
+    """Compile HumanEval-style test code so each top-level statement of ``check`` that holds an
+    ``assert`` is one test: it records a pass when it completes, a failure when it raises."""
+    import ast
+
+    tree = ast.parse(test_code)
+    checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
+    if not checks:
+        raise ValueError("the test code defines no check(candidate) function")
+    units = 0
+    body = []
+    for stmt in checks[-1].body:
+        if not any(isinstance(n, ast.Assert) for n in ast.walk(stmt)):
+            body.append(stmt)
+            continue
+        units += 1
+        wrapped = ast.parse(
+            "try:\n    pass\nexcept Exception:\n    __rl_record__(False)\nelse:\n    __rl_record__(True)"
+        ).body[0]
+        wrapped.body = [stmt]  # type: ignore[attr-defined]
+        body.append(wrapped)
+    checks[-1].body = body or [ast.Pass()]
+    ast.fix_missing_locations(tree)
+    return compile(tree, "<test>", "exec"), max(units, 1)
+
+
+_COMPILED: dict[tuple[str, str], Any] = {}
+
+
+def _compiled(source: str, kind: str) -> Any:
+    """Compiled trusted code, cached: in RL the same tests score every sample of a group."""
+    key = (kind, source)
+    if key not in _COMPILED:
+        if len(_COMPILED) > 2048:
+            _COMPILED.clear()
+        _COMPILED[key] = _check_units(source) if kind == "check" else compile(source, f"<{kind}>", "exec")
+    return _COMPILED[key]
+
+
+def _functions_under_test(asserts: Sequence[str], trusted: Mapping[str, Any]) -> list[str]:
+    """Names the assert lines call that the trusted setup does not define and that are not
+    builtins (``assert f(x) == 1``, ``assert set(f(x)) == {1}`` -> ``f``); when every called
+    name is a builtin, the first one (MBPP has ``def sum(...)`` tested as ``sum(10, 15)``)."""
+    import ast
+    import builtins
+
+    called: list[str] = []
+    for src in asserts:
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in called:
+                called.append(node.func.id)
+    called = [n for n in called if n not in trusted]
+    names = [n for n in called if not hasattr(builtins, n)]
+    return names or called[:1]
+
+
+def harness(sock: socket.socket, job: dict[str, Any], deadline: float) -> dict[str, Any]:
+    """The harness (in Z): run the trusted tests against C's functions; return the verdict."""
+    channel = Channel(sock, deadline)
+    suite = job["suite"]
+    # Compile the tests before anything else: a bad test is the dataset's fault, not the program's.
+    try:
+        setup = _compiled(job.get("setup") or "", "setup")
+        if suite["kind"] == "check":
+            test_code, total = _compiled(suite["code"], "check")
+            units = None
+        else:
+            units = [_compiled(src, "assert") for src in suite["asserts"]]
+            total = len(units)
+    except (SyntaxError, ValueError) as exc:
+        return {"harness_error": f"the tests do not compile: {exc}"}
+    results: list[bool] = []
+    status = "failed"
+    detail = ""
+    try:
+        hello = channel.recv()
+        if "load_error" in hello:
+            return {"status": "error", "passed": 0, "total": total,
+                    "detail": f"the program failed to load: {hello['load_error']}"}
+        if not hello.get("ready"):
+            raise _Gone("the program broke the protocol")
+        ns = _TrustedGlobals(channel)
+        ns["__name__"] = "__test__"
+        try:
+            exec(setup, ns)
+        except Exception as exc:
+            return {"harness_error": f"the setup code raised {exc!r}"}
+        # The functions under test come from the program even when the prompt (run above) defined
+        # a stub of the same name, or the name is a builtin (MBPP's `def sum(...)`).
+        for name in [suite["entry_point"]] if units is None else _functions_under_test(suite["asserts"], ns):
+            ns[name] = RemoteFunction(channel, ["n", name])
+        if units is None:
+            ns["__rl_record__"] = results.append
+            exec(test_code, ns)
+            candidate = ns[suite["entry_point"]]
+            try:
+                ns["check"](candidate)
+            except Exception as exc:  # a statement outside any assert raised
+                detail = f"check() raised {type(exc).__name__}: {exc}"[:500]
+        else:
+            for unit in units:
+                try:
+                    exec(unit, ns)
+                    results.append(True)
+                except Exception as exc:
+                    results.append(False)
+                    detail = detail or f"{type(exc).__name__}: {exc}"[:500]
+    except _Deadline:
+        status = "timeout"
+    except _Gone as exc:
+        status, detail = "error", str(exc)
+    passed = sum(results)
+    if status == "failed" and passed == total and len(results) == total:
+        status = "passed"
+    return {"status": status, "passed": passed, "total": total, "detail": detail}
