@@ -116,7 +116,10 @@ def test_verifier_partial_credit_all_or_nothing_and_unscorable() -> None:
     assert rewards.get_verifier("code")(completion, None, **fields).score == 0.0
     partial = rewards.get_verifier("code", partial_credit=True)(completion, None, **fields)
     assert (partial.status, partial.score, partial.info["passed"]) == ("ok", 0.5, 1)
-    assert rewards.get_verifier("code")("no code", None, **fields).status in ("ok", "unscorable")
+    # extract="auto" without a fence takes the completion as the program (raw): "no code" is a
+    # program that fails to load, scored 0 -- the model's fault, not an unscorable sample.
+    no_code = rewards.get_verifier("code")("no code", None, **fields)
+    assert (no_code.status, no_code.score, no_code.info["status"]) == ("ok", 0.0, "error")
     assert rewards.get_verifier("code", extract="last_block")("no code", None, **fields).status == "unscorable"
     assert rewards.get_verifier("code")(completion, None).status == "unscorable"  # no test fields
     looping = rewards.get_verifier("code", timeout=1.0)("def add(a, b):\n    while True: pass", None, **fields)
