@@ -17,7 +17,7 @@ stdin/out   ``inputs``, ``outputs``                each case is a fresh process 
 =========== ====================================== ==================================================
 
 Trusted test-side code (``prompt``, ``test``, ``test_imports``, the assert lines) runs in
-the sandbox's harness process; the program runs in the candidate process (see sandbox.py).
+the sandbox's harness process; the program runs in the candidate process (see rewards.code.sandbox).
 MBPP's ``test_setup_code`` builds test INPUTS from the program's own classes (``root =
 Node(1)``), so it runs with the program: the names it defines are program-controlled and
 must never hold expected values.

@@ -20,7 +20,7 @@ def level_or_skip(level: str) -> str:
         pytest.skip(str(exc))
 
 
-# What a fallback level does NOT protect (see rewards/code/sandbox.py): without namespaces,
+# What a fallback level does NOT protect (see rewards/code/sandbox/__init__.py): without namespaces,
 # the network and world-writable folders (/var/tmp) are the host's.
 KNOWN_GAPS = {"bwrap": set(), "unshare": set(), "rlimits": {"network_connect", "write_outside_tmp"}}
 
