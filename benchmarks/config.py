@@ -18,7 +18,8 @@ class EvalConfig:
     """Settings of one ``reasoning-rl-eval`` invocation."""
 
     benchmark: Any = MISSING
-    """Benchmark name, a list (``benchmark=[gsm8k,math500]``), or ``all`` for every shipped benchmark."""
+    """Dataset definition name (``reasoning_rl/tasks/definitions/``, the same ones ``task=`` trains on), the path
+    of a definition YAML, a list (``benchmark=[gsm8k,math500]``), or ``all`` for every shipped one."""
     model_name_or_path: str | None = None
     """Checkpoint folder (``save_pretrained`` output) or Hugging Face model name to generate with.
     On the command line ``model=X`` works too (see :func:`benchmarks.cli.model_alias`)."""
@@ -30,11 +31,11 @@ class EvalConfig:
     """Folder to write ``<benchmark>.reference.jsonl`` and ``.corrupted.jsonl`` into, then stop."""
 
     data_dir: str | None = None
-    """Folder of local benchmark files (e.g. /work/shared/data); default: download from the hub."""
+    """Folder of local benchmark files (e.g. /work/shared/data), each split's ``local_file``; default: the hub."""
     data_files: str | None = None
-    """One local data file for the (single) benchmark, overriding ``data_dir`` and the hub."""
+    """One local data file for the evaluated split of the (single) benchmark, overriding ``data_dir`` and the hub."""
     split: str | None = None
-    """Hub (or generator) split to use instead of the definition's; local files are one split each."""
+    """Split of the definition to evaluate instead of its ``eval_split`` (e.g. ``train``)."""
     limit: int | None = None
     """Evaluate only the first ``limit`` problems."""
 

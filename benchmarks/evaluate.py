@@ -25,15 +25,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from benchmarks.data import Problem
-from benchmarks.definitions import BenchmarkSpec
 from benchmarks.io import read_jsonl, write_json, write_jsonl
 from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k
+from reasoning_rl.tasks.data import Problem
+from reasoning_rl.tasks.definition import DatasetDefinition
+from reasoning_rl.tasks.scoring import grade, is_correct
 
 RESULTS_FILE = "results.json"
 CACHE_FILE = "problems.jsonl"
-CORRECT_AT = 1.0 - 1e-9
-"""A sample counts as correct when the verifier scored it ``ok`` with score >= 1."""
 
 
 def settings_key(obj: Any) -> str:
@@ -128,7 +127,7 @@ def _verdict(result: Any) -> dict[str, Any]:
 
 
 def evaluate(
-    spec: BenchmarkSpec,
+    spec: DatasetDefinition,
     problems: Sequence[Problem],
     source: CompletionSource,
     scoring: ScoringSettings,
@@ -187,13 +186,11 @@ def evaluate(
     items = [(p, j) for p in problems if cache[p.task_id].get("score_key") != score_keys[p.task_id]
              for j in range(len(cache[p.task_id]["completions"]))]
     start = time.perf_counter()
-    from rewards import score_batch
-
     pending: dict[str, list[Any]] = {}
     with tqdm(total=len(items), desc=f"{spec.name}: score", unit="sample", disable=not show_progress) as bar:
         for c in range(0, len(items), scoring.chunk_size):
             chunk = items[c:c + scoring.chunk_size]
-            batch = score_batch(
+            graded = grade(
                 scoring.verifier,
                 [cache[p.task_id]["completions"][j] for p, j in chunk],
                 [p.reference for p, _ in chunk],
@@ -201,7 +198,7 @@ def evaluate(
                 timeout=scoring.timeout,
                 pool=scoring.pool,
             )
-            for (p, j), result in zip(chunk, batch.results):
+            for (p, j), result in zip(chunk, graded.batch.results):
                 verdicts = pending.setdefault(p.task_id, [None] * len(cache[p.task_id]["completions"]))
                 verdicts[j] = _verdict(result)
                 if all(v is not None for v in verdicts):
@@ -237,7 +234,8 @@ def evaluate(
 
 
 def _is_correct(verdict: dict[str, Any]) -> bool:
-    return verdict["status"] == "ok" and verdict["score"] is not None and verdict["score"] >= CORRECT_AT
+    """A cached verdict, judged by the one correctness rule of :mod:`reasoning_rl.tasks.scoring`."""
+    return is_correct(verdict["score"], verdict["status"])
 
 
 ANSWER_KEYS = ("pred", "extracted", "answer", "prediction")
@@ -266,7 +264,7 @@ def _distinct_answer_pairs(records: Sequence[dict[str, Any]], k: int, cap: int =
     return sorted(pairs)
 
 
-def compute_metrics(spec: BenchmarkSpec, problems: Sequence[Problem], records: Sequence[dict[str, Any]],
+def compute_metrics(spec: DatasetDefinition, problems: Sequence[Problem], records: Sequence[dict[str, Any]],
                     k_values: Sequence[int], equal_pairs: set[tuple[str, str]] = frozenset()) -> dict[str, Any]:
     """Benchmark metrics from per-problem verdicts.
 

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.config import EvalConfig
-from benchmarks.data import Problem, load_problems
-from benchmarks.definitions import BenchmarkSpec, get_benchmark, list_benchmarks
 from benchmarks.evaluate import (
     RESULTS_FILE,
     EngineSource,
@@ -28,6 +26,9 @@ from benchmarks.evaluate import (
     read_samples,
 )
 from benchmarks.io import atomic_write_text
+from reasoning_rl.tasks.data import Problem, load_problems
+from reasoning_rl.tasks.definition import DatasetDefinition, get_definition, list_definitions
+from reasoning_rl.tasks.scoring import grade
 
 
 class CodeExecutionNotAllowed(RuntimeError):
@@ -39,13 +40,13 @@ def benchmark_names(value: str | Sequence[str]) -> list[str]:
     parts = value.split(",") if isinstance(value, str) else [str(v) for v in value]
     names = [n.strip() for n in parts if n.strip()]
     if names == ["all"]:
-        return list_benchmarks()
+        return list_definitions()
     if not names:
-        raise ValueError(f"benchmark= is empty; choose from {', '.join(list_benchmarks())}")
+        raise ValueError(f"benchmark= is empty; choose from {', '.join(list_definitions())}")
     return names
 
 
-def check_code_execution(specs: Sequence[BenchmarkSpec], allowed: bool) -> None:
+def check_code_execution(specs: Sequence[DatasetDefinition], allowed: bool) -> None:
     """Refuse code benchmarks unless the user opted in: they run programs a model wrote."""
     code = [s.name for s in specs if s.requires_code_execution]
     if code and not allowed:
@@ -70,12 +71,11 @@ def model_slug(model: str) -> str:
     return slug(model)
 
 
-def make_verifier(spec: BenchmarkSpec, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """The benchmark's verifier and the data that identifies its scores (the score cache key)."""
-    import rewards
-
+def make_verifier(spec: DatasetDefinition, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The benchmark's verifier (built as training builds it) and the data that identifies its scores
+    (the score cache key)."""
     options = {**spec.verifier.options, **overrides}
-    verifier = rewards.get_verifier(spec.verifier.name, **options)
+    verifier = spec.verifier.build(overrides)
     key = {"benchmark": spec.key, "verifier": spec.verifier.name, "options": options,
            "fields": spec.verifier.fields}
     return verifier, key
@@ -87,11 +87,9 @@ def make_equivalence(verifier: Any, timeout: float, pool: Any) -> Callable[[list
     def equivalence(pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
         if not pairs:
             return set()
-        from rewards import score_batch
-
-        batch = score_batch(verifier, [f"\\boxed{{{b}}}" for _, b in pairs], [a for a, _ in pairs],
-                            timeout=timeout, pool=pool)
-        return {pair for pair, r in zip(pairs, batch.results) if r.status == "ok" and (r.score or 0) >= 1.0}
+        graded = grade(verifier, [f"\\boxed{{{b}}}" for _, b in pairs], [a for a, _ in pairs],
+                       timeout=timeout, pool=pool)
+        return {pair for pair, correct in zip(pairs, graded.correct) if correct}
 
     return equivalence
 
@@ -108,10 +106,10 @@ class Evaluator:
             self.pool = WorkerPool(cfg.score_workers)
         self._problems: dict[str, tuple[list[Problem], dict[str, Any]]] = {}
 
-    def problems(self, spec: BenchmarkSpec) -> tuple[list[Problem], dict[str, Any]]:
+    def problems(self, spec: DatasetDefinition) -> tuple[list[Problem], dict[str, Any]]:
         if spec.name not in self._problems:
-            self._problems[spec.name] = load_problems(spec, self.cfg.data_dir, self.cfg.data_files, self.cfg.split,
-                                                      self.cfg.limit)
+            self._problems[spec.name] = load_problems(spec, self.cfg.split, data_dir=self.cfg.data_dir,
+                                                      data_file=self.cfg.data_files, limit=self.cfg.limit)
         return self._problems[spec.name]
 
     def header(self, model: dict[str, Any], dataset: dict[str, Any]) -> dict[str, Any]:
@@ -120,14 +118,14 @@ class Evaluator:
         return {"model": model, "dataset": dataset, "config": dataclasses.asdict(self.cfg),
                 "reasoning_rl_version": reasoning_rl.__version__}
 
-    def scoring(self, spec: BenchmarkSpec) -> tuple[ScoringSettings, Callable | None]:
+    def scoring(self, spec: DatasetDefinition) -> tuple[ScoringSettings, Callable | None]:
         verifier, key = make_verifier(spec, dict(self.cfg.verifier_options))
         timeout = self.cfg.score_timeout or spec.score_timeout
         settings = ScoringSettings(verifier=verifier, key_data=key, timeout=timeout, pool=self.pool)
         equivalence = make_equivalence(verifier, timeout, self.pool) if self.cfg.maj_equivalence else None
         return settings, equivalence
 
-    def run_samples(self, spec: BenchmarkSpec, samples: str) -> dict[str, Any]:
+    def run_samples(self, spec: DatasetDefinition, samples: str) -> dict[str, Any]:
         problems, dataset = self.problems(spec)
         scoring, equivalence = self.scoring(spec)
         out = Path(self.cfg.output_dir) / slug(f"samples--{Path(samples).stem}") / spec.name
@@ -136,10 +134,10 @@ class Evaluator:
                         header=self.header({"samples": str(Path(samples).resolve())}, dataset),
                         show_progress=self.cfg.progress)
 
-    def run_model(self, spec: BenchmarkSpec, engine: Any, tokenizer: Any, model: str, out: Path,
+    def run_model(self, spec: DatasetDefinition, engine: Any, tokenizer: Any, model: str, out: Path,
                   step: int | None = None) -> dict[str, Any]:
         from benchmarks.generation import sampling_config
-        from benchmarks.prompts import build_prompt, fewshot_pairs
+        from reasoning_rl.tasks.prompts import build_prompt, fewshot_pairs
 
         cfg = self.cfg
         problems, dataset = self.problems(spec)
@@ -169,7 +167,7 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
             "say what to evaluate with exactly one of model=<checkpoint or HF name>, samples=<file.jsonl>, "
             f"run_dir=<training run folder> or write_reference_samples=<folder>; got {modes or 'none'}"
         )
-    specs = [get_benchmark(n) for n in benchmark_names(cfg.benchmark)]
+    specs = [get_definition(n, kind="benchmark") for n in benchmark_names(cfg.benchmark)]
     if cfg.data_files and len(specs) > 1:
         raise ValueError("data_files= names one file, so it needs a single benchmark; use data_dir= for several")
     bad_k = [k for k in cfg.k if k > cfg.n] if not cfg.samples else []
@@ -209,7 +207,7 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
     return results
 
 
-def run_sweep(evaluator: Evaluator, specs: Sequence[BenchmarkSpec]) -> list[dict[str, Any]]:
+def run_sweep(evaluator: Evaluator, specs: Sequence[DatasetDefinition]) -> list[dict[str, Any]]:
     """Evaluate every checkpoint of ``cfg.run_dir`` on every benchmark; write sweep tables and plots."""
     from benchmarks.generation import load_engine
     from benchmarks.sweep import find_checkpoints, write_sweep

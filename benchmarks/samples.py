@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.data import Problem, load_problems, render
-from benchmarks.definitions import BenchmarkSpec, get_benchmark, list_benchmarks
 from benchmarks.io import write_jsonl
+from reasoning_rl.tasks.data import Problem, load_problems, render
+from reasoning_rl.tasks.definition import DatasetDefinition, get_definition, list_definitions
 
 CODE_CORRUPTION = "\nraise AssertionError('corrupted reference sample: this program must fail')\n"
 
@@ -39,20 +39,20 @@ def corrupt_answer(answer: Any) -> str:
     return f"({text})^2+1"
 
 
-def reference_completion(spec: BenchmarkSpec, problem: Problem) -> str:
+def reference_completion(spec: DatasetDefinition, problem: Problem) -> str:
     """The benchmark's own solution rendered as a completion (``reference_completion`` template)."""
     return render(spec.reference_completion, {**problem.row, "reference": problem.reference},
                   f"{spec.name} problem {problem.task_id!r}")
 
 
-def corrupted_completion(spec: BenchmarkSpec, problem: Problem) -> str:
+def corrupted_completion(spec: DatasetDefinition, problem: Problem) -> str:
     """A completion that must score 0: the answer changed, or the program made to fail."""
     if spec.corruption == "code":
         return reference_completion(spec, problem) + CODE_CORRUPTION
     return f"The final answer is $\\boxed{{{corrupt_answer(problem.reference)}}}$."
 
 
-def write_reference_samples(spec: BenchmarkSpec, problems: Sequence[Problem], out_dir: str | Path) -> list[Path]:
+def write_reference_samples(spec: DatasetDefinition, problems: Sequence[Problem], out_dir: str | Path) -> list[Path]:
     """Write ``<name>.reference.jsonl`` and ``<name>.corrupted.jsonl`` in ``out_dir``; return their paths."""
     out_dir = Path(out_dir)
     paths = [out_dir / f"{spec.name}.reference.jsonl", out_dir / f"{spec.name}.corrupted.jsonl"]
@@ -63,14 +63,14 @@ def write_reference_samples(spec: BenchmarkSpec, problems: Sequence[Problem], ou
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.samples", description=__doc__.split("\n\n")[0])
-    parser.add_argument("benchmarks", nargs="+", help=f"benchmark names or 'all' ({', '.join(list_benchmarks())})")
+    parser.add_argument("benchmarks", nargs="+", help=f"benchmark names or 'all' ({', '.join(list_definitions())})")
     parser.add_argument("out_dir")
     parser.add_argument("--data-dir", default=None, help="folder holding the local data files (default: hub)")
     parser.add_argument("--limit", type=int, default=None)
     args = parser.parse_args(argv)
-    names = list_benchmarks() if args.benchmarks == ["all"] else args.benchmarks
+    names = list_definitions() if args.benchmarks == ["all"] else args.benchmarks
     for name in names:
-        spec = get_benchmark(name)
+        spec = get_definition(name, kind="benchmark")
         problems, _ = load_problems(spec, data_dir=args.data_dir, limit=args.limit)
         for path in write_reference_samples(spec, problems, args.out_dir):
             print(f"wrote {path} ({len(problems)} problems)")

@@ -1,4 +1,9 @@
-"""Held-out accuracy of a policy on a task: greedy and sampled, with the task's own verifiers."""
+"""Held-out accuracy of a policy on a task: greedy and sampled, with the task's own verifier.
+
+Scored by :func:`reasoning_rl.tasks.scoring.grade` with the reward's first component (the
+dataset definition's verifier), the function and correctness rule the benchmark harness
+uses, so held-out accuracy here and ``reasoning-rl-eval`` on the same split agree.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,11 @@ from dataclasses import dataclass
 
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks import Example
+from reasoning_rl.tasks.scoring import grade, is_correct
 from rewards.compose import CompositeReward
 from rewards.pool import WorkerPool
 
-
-def is_correct(score: float | None) -> bool:
-    """A completion is correct when the accuracy reward gives its full score (1.0).
-    ``None`` (unscorable) is not correct."""
-    return score is not None and score >= 1.0 - 1e-9
+__all__ = ["HeldOutResult", "accuracy_of", "evaluate_heldout", "is_correct"]
 
 
 @dataclass
@@ -31,14 +33,14 @@ class HeldOutResult:
 
 def accuracy_of(engine: RolloutEngine, examples: Sequence[Example], reward: CompositeReward,
                 sampling: SamplingConfig, n: int, seed: int, timeout: float, pool: WorkerPool | None) -> float:
-    """Mean correctness (by the FIRST reward component) over ``n`` completions per example."""
+    """Mean correctness (by the FIRST reward component, the accuracy verifier) over ``n`` completions per example."""
     groups = engine.generate([e.prompt for e in examples], n, sampling, seed=seed)
     texts = [c.text for g in groups for c in g]
     refs = [e.reference for e in examples for _ in range(n)]
     fields = [e.fields for e in examples for _ in range(n)]
-    first = reward.specs[0].key
-    scored = reward.score(texts, refs, fields, timeout=timeout, pool=pool).components[first]
-    return sum(is_correct(s) for s in scored.scores) / max(1, len(texts))
+    verifier = reward.verifiers[reward.specs[0].key]
+    graded = grade(verifier, texts, refs, fields, timeout=timeout, pool=pool)
+    return sum(graded.correct) / max(1, len(texts))
 
 
 def evaluate_heldout(engine: RolloutEngine, examples: Sequence[Example], reward: CompositeReward,

@@ -3,6 +3,8 @@
 Problems are the full grid ``a <op> b`` for ``a, b`` in ``[0, max_operand]``; each
 problem is assigned for good to the ``train`` or ``test`` split by a hash of its
 text, so held-out evaluation never sees a training problem, whatever the seeds.
+The dataset definition ``reasoning_rl/tasks/definitions/arithmetic.yaml`` names
+:func:`make_arithmetic_dataset` as its generator, with the settings of each split.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ def make_arithmetic_dataset(
 ) -> list[dict]:
     """``num_examples`` problems from ``split`` (``train``/``test``), sampled with ``seed``.
 
-    Each row: ``id``, ``question`` ("What is 7 * 8?"), ``answer`` ("56"). When the
-    split holds fewer problems than asked, it is cycled in a new random order, or, with
-    ``cycle=False`` (evaluation), every problem is returned once.
+    Each row: ``id`` (the problem itself, ``"arithmetic/7*8"``: a cycled row repeats its
+    problem's id), ``question`` ("What is 7 * 8?"), ``answer`` ("56"). When the split holds
+    fewer problems than asked, it is cycled in a new random order, or, with ``cycle=False``
+    (evaluation), every problem is returned once.
     """
     if split not in ("train", "test"):
         raise ValueError(f"arithmetic split must be 'train' or 'test', got {split!r}")
@@ -45,7 +48,7 @@ def make_arithmetic_dataset(
             for b in range(max_operand + 1):
                 question = f"What is {a} {op} {b}?"
                 if problem_split(question, test_fraction) == split:
-                    pool.append((question, str(OPERATIONS[op](a, b))))
+                    pool.append((f"arithmetic/{a}{op}{b}", question, str(OPERATIONS[op](a, b))))
     if not pool:
         raise ValueError(f"the arithmetic {split} split is empty; raise max_operand or test_fraction")
     rng = random.Random(seed)
@@ -55,6 +58,6 @@ def make_arithmetic_dataset(
     while len(rows) < num_examples:
         order = pool[:]
         rng.shuffle(order)
-        for question, answer in order[: num_examples - len(rows)]:
-            rows.append({"id": f"arith-{split}-{len(rows)}", "question": question, "answer": answer})
+        for problem_id, question, answer in order[: num_examples - len(rows)]:
+            rows.append({"id": problem_id, "question": question, "answer": answer})
     return rows

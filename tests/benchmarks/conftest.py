@@ -45,7 +45,7 @@ class ExactMatch:
         self.calls = 0
 
     def __call__(self, completion: str, reference: Any, **fields: Any) -> VerifierResult:
-        from benchmarks.extractors import ReferenceExtractionError, last_boxed
+        from reasoning_rl.tasks.extractors import ReferenceExtractionError, last_boxed
 
         self.calls += 1
         try:

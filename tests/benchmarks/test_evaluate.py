@@ -9,59 +9,19 @@ import pytest
 from omegaconf import OmegaConf
 
 from benchmarks.config import EvalConfig
-from benchmarks.data import DatasetFieldError, load_problems
-from benchmarks.definitions import BenchmarkNotFoundError, get_benchmark, list_benchmarks, parse_spec
 from benchmarks.evaluate import EngineSource, ScoringSettings, evaluate
-from benchmarks.extractors import gsm8k_final, integer, last_boxed
 from benchmarks.generation import sampling_config
-from benchmarks.prompts import build_prompt, fewshot_pairs
 from benchmarks.runner import benchmark_names, run
+from reasoning_rl.tasks.data import load_problems
+from reasoning_rl.tasks.definition import get_definition
+from reasoning_rl.tasks.prompts import build_prompt, fewshot_pairs
 
-ARITHMETIC = get_benchmark("arithmetic")
+ARITHMETIC = get_definition("arithmetic")
 
 
 def engine_source(engine, n: int = 1) -> EngineSource:
     return EngineSource(engine=engine, sampling=sampling_config(0.0, 1.0, 0, 8), n=n,
                         build_prompt=lambda p: p.prompt, settings={"fake": True, "n": n})
-
-
-def test_every_shipped_benchmark_is_listed() -> None:
-    assert list_benchmarks() == ["aime24", "arithmetic", "gsm8k", "humaneval", "math", "math500", "mbpp",
-                                 "mbpp_sanitized"]
-
-
-def test_unknown_benchmark_suggests_close_names() -> None:
-    with pytest.raises(BenchmarkNotFoundError, match=r"Did you mean 'gsm8k'.*Known benchmarks: aime24"):
-        get_benchmark("gsm8")
-
-
-def test_unknown_definition_key_is_rejected() -> None:
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['promt'\]"):
-        parse_spec({"name": "x", "version": 1, "description": "", "source": {}, "prompt_template": "",
-                    "answer_field": "a", "verifier": {"name": "math"}, "promt": "typo"})
-
-
-@pytest.mark.parametrize(
-    ("extract", "field", "expected"),
-    [
-        (last_boxed, "so $\\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}"),
-        (last_boxed, "\\boxed{1} then \\boxed{{2}^{3}}", "{2}^{3}"),
-        (gsm8k_final, "She pays 3 * 4 = <<3*4=12>>12\n#### 1,200", "1200"),
-        (integer, "025", "25"),
-    ],
-)
-def test_reference_extractors(extract, field: str, expected: str) -> None:
-    assert extract(field) == expected
-
-
-def test_missing_field_names_the_row_and_the_field(tmp_path: Path) -> None:
-    data = tmp_path / "broken.jsonl"
-    data.write_text('{"question": "1+1?", "answer": "#### 2"}\n{"question": "2+2?"}\n')
-    with pytest.raises(DatasetFieldError, match=r"gsm8k row 1 \(id 'gsm8k/1'\): missing field 'answer'"):
-        load_problems(get_benchmark("gsm8k"), data_files=str(data))
-    with pytest.raises(DatasetFieldError, match=r"row 0.*needs field 'question'"):
-        data.write_text('{"problem": "1+1?", "answer": "#### 2"}\n')
-        load_problems(get_benchmark("gsm8k"), data_files=str(data))
 
 
 def test_generation_caching_and_resume(tmp_path: Path, fake_engine, exact_match, inline_pool) -> None:
@@ -122,7 +82,7 @@ def test_pass_at_k_and_maj_at_k_from_samples(tmp_path: Path, fake_engine, exact_
 
 
 def test_prompts_fewshot_and_chat_template(shared_data_dir: Path) -> None:
-    spec = get_benchmark("gsm8k")
+    spec = get_definition("gsm8k")
     shots = fewshot_pairs(spec, 2, str(shared_data_dir))
     assert len(shots) == 2 and shots[0][1].rstrip().endswith("#### 72")
     raw = build_prompt("Q?", shots)
@@ -138,7 +98,7 @@ def test_prompts_fewshot_and_chat_template(shared_data_dir: Path) -> None:
     assert build_prompt("Q?", shots[:1], ChatTokenizer(), chat_template=True, system_prompt="Sys") == \
         f"system: Sys | user: {shots[0][0][:3]} | assistant: {shots[0][1][:3]} | user: Q?"
     with pytest.raises(ValueError, match="no few-shot examples"):
-        fewshot_pairs(get_benchmark("aime24"), 1)
+        fewshot_pairs(get_definition("aime24"), 1)
 
 
 def test_exactly_one_thing_to_evaluate(tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.config import EvalConfig
-from benchmarks.data import load_problems
-from benchmarks.definitions import get_benchmark
 from benchmarks.evaluate import ScoringSettings, evaluate, read_samples
 from benchmarks.runner import CodeExecutionNotAllowed, run
 from benchmarks.samples import corrupt_answer, write_reference_samples
+from reasoning_rl.tasks.data import load_problems
+from reasoning_rl.tasks.definition import get_definition
 
 MATH_BENCHMARKS = ["math500", "gsm8k", "aime24", "arithmetic", "math"]
 CODE_BENCHMARKS = ["humaneval", "mbpp", "mbpp_sanitized"]
@@ -28,7 +28,7 @@ def wrong_ids(results: dict, expected: bool) -> list[str]:
 @pytest.mark.parametrize("name", MATH_BENCHMARKS + CODE_BENCHMARKS)
 def test_reference_samples_score_100_and_corrupted_0(name: str, shared_data_dir: Path, tmp_path: Path, inline_pool,
                                                      has_math_verifier, has_code_verifier, exact_match) -> None:
-    spec = get_benchmark(name)
+    spec = get_definition(name)
     if spec.requires_code_execution and not has_code_verifier:
         pytest.skip("rewards.code (the code verifier) cannot be imported yet")
     limit = LIMITS.get(name)
@@ -70,7 +70,7 @@ def test_code_benchmarks_need_the_explicit_opt_in(name: str, tmp_path: Path) -> 
 
 
 def test_samples_file_for_another_benchmark_is_refused(shared_data_dir: Path, tmp_path: Path) -> None:
-    spec = get_benchmark("aime24")
+    spec = get_definition("aime24")
     problems, _ = load_problems(spec, data_dir=shared_data_dir)
     samples = tmp_path / "s.jsonl"
     samples.write_text('{"task_id": "gsm8k/0", "completion": "1"}\n')

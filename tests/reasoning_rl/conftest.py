@@ -10,8 +10,7 @@ def tiny_config(steps: int = 4) -> TrainConfig:
     cfg = TrainConfig()
     cfg.model.tiny = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     cfg.task.prompt_template = "{question} Answer: "
-    cfg.task.arithmetic.num_train = 64
-    cfg.task.arithmetic.num_eval = 8
+    cfg.task.max_train_examples = 64
     cfg.task.max_eval_examples = 8
     cfg.algo.prompts_per_step = 2
     cfg.algo.group_size = 4

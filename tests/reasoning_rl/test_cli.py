@@ -68,7 +68,7 @@ def test_wrong_type_is_rejected():
 
 TINY = [
     "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.intermediate_size=64",
-    "task.arithmetic.num_train=32", "task.arithmetic.num_eval=4", "algo.prompts_per_step=2", "rollout.max_new_tokens=3",
+    "task.max_train_examples=32", "task.max_eval_examples=4", "algo.prompts_per_step=2", "rollout.max_new_tokens=3",
     "warmstart.enabled=false", "evaluation.num_examples=4", "evaluation.samples_per_problem=1",
     "trainer.steps=1", "trainer.progress_bar=false", "trainer.tensorboard=false", "trainer.num_threads=1",
     "rollout.reward_workers=1",

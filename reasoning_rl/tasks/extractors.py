@@ -1,15 +1,18 @@
 """Named functions that turn a dataset's answer field into the reference answer.
 
-A benchmark definition picks one by name (``answer_extractor: gsm8k_final``);
+A dataset definition picks one by name (``answer_extractor: gsm8k_final``);
 adding one is one function and one line in :data:`EXTRACTORS`. They only read the
-*reference* side: the model's completion is parsed by the verifier, the same way
-in training and evaluation.
+*reference* side: the model's completion is parsed by the verifier. Training and
+evaluation both pass the extracted reference, so the verifier sees the same
+``(completion, reference)`` in both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from rewards.math.braces import matching_brace
 
 
 class ReferenceExtractionError(ValueError):
@@ -25,15 +28,10 @@ def last_boxed(solution: Any) -> str:
     brace = text.find("{", start)
     if brace < 0:
         raise ReferenceExtractionError("\\boxed is not followed by {")
-    depth = 0
-    for i in range(brace, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[brace + 1:i].strip()
-    raise ReferenceExtractionError("unbalanced braces after \\boxed")
+    close = matching_brace(text, brace)
+    if close < 0:
+        raise ReferenceExtractionError("unbalanced braces after \\boxed")
+    return text[brace + 1:close].strip()
 
 
 def gsm8k_final(answer: Any) -> str:
@@ -55,9 +53,9 @@ def integer(answer: Any) -> str:
 def math_gold(solution: Any) -> str:
     """The gold answer the ``math`` verifier itself reads from a worked solution.
 
-    Training passes the raw solution to the verifier, which extracts the gold
-    answer (joining ``\\boxed{-2}, \\boxed{1}`` into ``-2, 1``); using the same
-    extraction here keeps evaluation references identical to training's.
+    Given the raw solution, the verifier would extract the gold answer itself
+    (joining ``\\boxed{-2}, \\boxed{1}`` into ``-2, 1``); extracting it here with the
+    same function gives training and evaluation one short reference (the one result files show).
     """
     from rewards.math import GOLD, extract_answer
 

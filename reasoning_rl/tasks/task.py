@@ -1,0 +1,190 @@
+"""A training task: a dataset definition plus the settings only training has.
+
+``task.name`` names a definition of ``reasoning_rl/tasks/definitions/`` (the same file
+``reasoning-rl-eval benchmark=<name>`` reads) or the path of a definition YAML of your
+own. The definition gives the data of each split, the prompt template, the reference
+and the verifier; :class:`TaskConfig` adds what only training decides (split
+overrides, local copies, generator settings, chat template, extra reward components,
+how many rows). Problems are built by :func:`reasoning_rl.tasks.data.load_problems`,
+the function evaluation uses too, so a training example and a benchmark problem of the
+same row have the same prompt, reference and verifier fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reasoning_rl.tasks.data import TaskDataError, load_problems, local_path
+from reasoning_rl.tasks.definition import DatasetDefinition, get_definition
+from reasoning_rl.tasks.prompts import build_prompt
+from rewards.compose import CompositeReward, RewardSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskConfig:
+    """What to train on: a dataset definition and the settings only training has."""
+
+    name: str = "arithmetic"
+    """Dataset definition (``reasoning_rl/tasks/definitions/<name>.yaml``) or the path of a definition YAML."""
+    train_split: str | None = None
+    """Split to train on; null = the definition's ``train_split``."""
+    eval_split: str | None = None
+    """Split for held-out evaluation; null = the definition's ``eval_split``. ``<definition>:<split>``
+    takes another definition's split with the same verifier (``math500:test`` for ``task=math``)."""
+    data_dir: str | None = None
+    """Folder with local copies: each split's ``local_file`` in it is read instead of the hub."""
+    data_files: dict[str, str] = field(default_factory=dict)
+    """Local file (JSON, JSONL or Parquet) per split (``+task.data_files.train=/data/math_train.jsonl``);
+    wins over ``data_dir``."""
+    source_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Overrides of a generated dataset's keyword arguments for every split
+    (``+task.source_kwargs.max_operand=9``, ``operations``)."""
+    prompt_template: str | None = None
+    """``str.format`` template over the row's fields; null = the definition's."""
+    use_chat_template: bool = False
+    """Wrap the rendered prompt as a user message with the tokenizer's chat template."""
+    system_prompt: str | None = None
+    """System message (chat template), or text put before the prompt (raw), as in evaluation."""
+    rewards: list[RewardSpec] = field(default_factory=list)
+    """Reward components (verifier name, weight, options). Empty = the definition's verifier alone. Accuracy is
+    measured by the definition's verifier as the first component: listed first, its options go on top of the
+    definition's; not listed, it is put first with weight 0 (measured, not rewarded)."""
+    none_policy: str = "propagate"
+    """How an unscorable component combines: ``propagate``, ``skip`` or ``zero`` (see rewards.compose)."""
+    allow_train_on_eval: bool = False
+    """Train on a split that evaluation measures (the definition's or the held-out one); refused unless true,
+    and warned about when true: the held-out numbers are then not held out."""
+    max_train_examples: int | None = None
+    """Keep only the first N training rows (null: all)."""
+    max_eval_examples: int | None = 200
+    """Keep only the first N held-out rows (null: all)."""
+
+
+@dataclass
+class Example:
+    """One problem, ready for the policy and the verifiers."""
+
+    id: str
+    prompt: str
+    reference: Any
+    fields: dict[str, Any]
+
+
+class Task:
+    """A dataset definition resolved for training: its splits, examples and reward."""
+
+    def __init__(self, cfg: TaskConfig) -> None:
+        self.cfg = cfg
+        self.definition = self._with_template(get_definition(cfg.name, kind="task"))
+        d = self.definition
+        train_split = cfg.train_split or d.train_split
+        if train_split is None:
+            raise TaskDataError(
+                f"task {d.name!r} has no training split: its splits ({', '.join(d.splits)}) are for evaluation. "
+                "Train on another task, or set task.train_split=<split> with task.allow_train_on_eval=true "
+                "to train on evaluation problems knowingly."
+            )
+        self.train_split: str = train_split
+        self.eval_split: str | None = cfg.eval_split or d.eval_split
+        for split in (self.train_split, self.eval_split):
+            if split is not None:  # a split without a usable local copy fails here, before any model loads
+                local_path(*self._resolve(split), cfg.data_dir, cfg.data_files.get(split))
+        self._check_not_training_on_eval()
+        self.reward_specs = self._reward_specs()
+
+    def _with_template(self, definition: DatasetDefinition) -> DatasetDefinition:
+        if self.cfg.prompt_template is None:
+            return definition
+        return dataclasses.replace(definition, prompt_template=self.cfg.prompt_template)
+
+    def _resolve(self, split: str) -> tuple[DatasetDefinition, str]:
+        """The definition and split name behind ``split`` (``<definition>:<split>`` names another definition)."""
+        if ":" not in split:
+            self.definition.source(split)
+            return self.definition, split
+        name, _, own = split.partition(":")
+        other = self._with_template(get_definition(name, kind="task"))
+        other.source(own)
+        if other.verifier != self.definition.verifier:
+            raise TaskDataError(
+                f"task {self.definition.name!r}: eval split {split!r} is scored by {other.verifier}, but the task by "
+                f"{self.definition.verifier}; held-out accuracy needs the same verifier"
+            )
+        return other, own
+
+    def _check_not_training_on_eval(self) -> None:
+        measured = {(self.definition.name, self.definition.eval_split)}
+        if self.eval_split is not None:
+            other, split = self._resolve(self.eval_split)
+            measured.add((other.name, split))
+        if (self.definition.name, self.train_split) not in measured:
+            return
+        message = (f"task {self.definition.name!r}: train split {self.train_split!r} is a split evaluation measures "
+                   f"(held-out: {self.eval_split!r}; reasoning-rl-eval benchmark={self.definition.name}: "
+                   f"{self.definition.eval_split!r}), so its accuracy would not be held out")
+        if not self.cfg.allow_train_on_eval:
+            raise TaskDataError(message + ". Pick another task.train_split, or set task.allow_train_on_eval=true "
+                                "to do it knowingly.")
+        log.warning("%s (task.allow_train_on_eval=true)", message)
+
+    def _reward_specs(self) -> list[RewardSpec]:
+        """The reward's components; the first is always the definition's verifier, which measures accuracy.
+
+        ``task.rewards`` empty: that verifier alone. Listed first: it is that component (its options on
+        top of the definition's). Not listed: it is put first with weight 0, measured but not rewarded.
+        """
+        verifier = self.definition.verifier
+        accuracy = RewardSpec(name=verifier.name, options=dict(verifier.options))
+        specs = reward_specs(self.cfg.rewards)
+        if not specs:
+            return [accuracy]
+        if specs[0].name == verifier.name:
+            return [dataclasses.replace(specs[0], options={**verifier.options, **specs[0].options}), *specs[1:]]
+        if any(s.name == verifier.name for s in specs):
+            raise ValueError(
+                f"task {self.definition.name!r}: task.rewards lists the definition's verifier {verifier.name!r} "
+                f"after {specs[0].name!r}; it measures accuracy, so it must be the first component: list it first"
+            )
+        return [dataclasses.replace(accuracy, weight=0.0), *specs]
+
+    def reward(self) -> CompositeReward:
+        """The training reward; its first component is the definition's verifier (accuracy)."""
+        return CompositeReward(self.reward_specs, none_policy=self.cfg.none_policy)
+
+    def examples(self, split: str, tokenizer: Any | None = None) -> list[Example]:
+        """Rendered examples of ``split``; a row lacking a needed field is a clear error.
+
+        Training rows may repeat a problem (a cycled generator); held-out ids must be unique.
+        """
+        definition, own = self._resolve(split)
+        is_train = split == self.train_split
+        problems, _ = load_problems(
+            definition, own, data_dir=self.cfg.data_dir, data_file=self.cfg.data_files.get(split),
+            source_kwargs=self.cfg.source_kwargs if definition.name == self.definition.name else None,
+            limit=self.cfg.max_train_examples if is_train else self.cfg.max_eval_examples, unique_ids=not is_train,
+        )
+        return [Example(p.task_id, self.render_prompt(p.prompt, tokenizer), p.reference, p.fields) for p in problems]
+
+    def render_prompt(self, text: str, tokenizer: Any | None = None) -> str:
+        """``text`` as the policy sees it: as a chat user turn when ``use_chat_template`` is on (the same
+        :func:`~reasoning_rl.tasks.prompts.build_prompt` evaluation uses, without few-shot examples)."""
+        return build_prompt(text, [], tokenizer, self.cfg.use_chat_template, self.cfg.system_prompt)
+
+
+def reward_specs(specs: Sequence[Any]) -> list[RewardSpec]:
+    """Accept RewardSpec objects or plain mappings (from YAML)."""
+    out = []
+    for s in specs:
+        if isinstance(s, RewardSpec):
+            out.append(s)
+        else:
+            d = dict(s)
+            out.append(RewardSpec(name=d["name"], weight=float(d.get("weight", 1.0)),
+                                  options=dict(d.get("options") or {}), label=d.get("label")))
+    return out
