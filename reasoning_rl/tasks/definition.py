@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from reasoning_rl.tasks.extractors import EXTRACTORS
+
 METRICS = ("accuracy", "pass@k", "maj@k")
 CORRUPTIONS = ("answer", "code")
 
@@ -164,7 +166,8 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
 
 def _split_source(shared: dict[str, Any], own: dict[str, Any], key: str, where: str) -> DatasetSource:
     merged = {**shared, **own, "kwargs": {**shared.get("kwargs", {}), **own.get("kwargs", {})}}
-    merged.setdefault("split", key)
+    if merged.get("split") is None:
+        merged["split"] = key
     if merged.get("id_range") is not None:
         merged["id_range"] = tuple(merged["id_range"])
     source = _build(DatasetSource, merged, where)
@@ -195,8 +198,6 @@ def parse_definition(data: dict[str, Any], where: str = "dataset definition") ->
 
 
 def _check(spec: DatasetDefinition, where: str) -> None:
-    from reasoning_rl.tasks.extractors import EXTRACTORS
-
     problems = []
     bad = [m for m in spec.metrics if m not in METRICS]
     if bad:
