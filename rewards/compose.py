@@ -38,6 +38,11 @@ def combine_scores(scores: Sequence[float | None], weights: Sequence[float], non
         raise ValueError(f"got {len(scores)} scores but {len(weights)} weights")
     if none_policy not in NONE_POLICIES:
         raise ValueError(f"unknown none_policy {none_policy!r}; expected one of {NONE_POLICIES}")
+    # A weight-0 component is measured (logged), never rewarded: its None cannot drop a sample.
+    pairs = [(s, w) for s, w in zip(scores, weights) if w != 0]
+    if not pairs:
+        return 0.0
+    scores, weights = [s for s, _ in pairs], [w for _, w in pairs]
     if none_policy == "propagate" and any(s is None for s in scores):
         return None
     if none_policy == "skip" and all(s is None for s in scores):

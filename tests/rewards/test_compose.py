@@ -46,3 +46,12 @@ def test_composite_reward_scores_each_component():
 def test_duplicate_labels_rejected():
     with pytest.raises(ValueError, match="distinct labels"):
         CompositeReward([RewardSpec("format"), RewardSpec("format")])
+
+
+def test_a_weight_zero_component_is_measured_not_rewarded():
+    from rewards.compose import combine_scores
+
+    # accuracy logged with weight 0 (None: unscorable) next to a format reward of 1 with weight 1
+    assert combine_scores([None, 1.0], [0.0, 1.0], "propagate") == 1.0
+    assert combine_scores([1.0, None], [0.0, 1.0], "propagate") is None
+    assert combine_scores([1.0, 0.5], [0.0, 2.0], "skip") == 1.0
