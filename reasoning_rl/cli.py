@@ -29,7 +29,7 @@ log = logging.getLogger("reasoning_rl")
 
 register_configs()
 if not OmegaConf.has_resolver("run_name"):
-    OmegaConf.register_new_resolver("run_name", lambda overrides: run_name(overrides))
+    OmegaConf.register_new_resolver("run_name", lambda sweep_dir, overrides: run_name(sweep_dir, list(overrides)))
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:
@@ -68,10 +68,36 @@ class RunFolderConflict(RuntimeError):
     """The run folder holds another run (other settings): training there would mix the two."""
 
 
-def run_name(override_dirname: str) -> str:
-    """Folder name of one sweep run: its overrides (seed and other excluded keys left out by
-    ``hydra.job.config.override_dirname``), with ``/`` made safe; ``default`` when none."""
-    return override_dirname.replace("/", "_").replace("\\", "_") or "default"
+NAME_EXCLUDED = ("trainer.seed", "trainer.resume", "trainer.output_dir", "trainer.progress_bar", "experiment")
+"""Overrides that never name a sweep run's folder (the seed gets its own level, seed=<N>)."""
+
+
+def swept_keys(sweep_dir: str | Path) -> set[str] | None:
+    """Keys the sweep varies: command-line sweep overrides (``a=1,2``, ``range(...)``) and the
+    sweeper's ``params`` (experiment presets), read from the ``multirun.yaml`` Hydra writes into
+    the sweep folder before launching; None when it is not there."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    path = Path(sweep_dir) / "multirun.yaml"
+    if not path.exists():
+        return None
+    hydra_cfg = (yaml.safe_load(path.read_text()) or {}).get("hydra") or {}
+    overrides = OverridesParser.create().parse_overrides(list((hydra_cfg.get("overrides") or {}).get("task") or []))
+    keys = {o.key_or_group for o in overrides if o.is_sweep_override()}
+    return keys | set((hydra_cfg.get("sweeper") or {}).get("params") or {})
+
+
+def run_name(sweep_dir: str, job_overrides: list[str]) -> str:
+    """Folder name of one sweep run: ``key=value`` of the settings the sweep varies, sorted and
+    joined by commas (``algo.beta=0.04,algo.group_size=4``); constants, the seed and the keys in
+    NAME_EXCLUDED are left out; ``/`` made safe; ``default`` when nothing is left."""
+    varied = swept_keys(sweep_dir)
+    parts = []
+    for item in job_overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key not in NAME_EXCLUDED and (varied is None or key in varied):
+            parts.append(item.lstrip("+~"))
+    return ",".join(sorted(parts)).replace("/", "_") or "default"
 
 
 def is_multirun() -> bool:

@@ -76,13 +76,7 @@ def _tail_mean(metrics: list[dict[str, Any]], key: str) -> float | None:
 
 
 def _setting(run_dir: Path) -> str:
-    """The run's overrides with seed and the other excluded keys left out, as Hydra named its
-    folder (``hydra.job.override_dirname`` in ``.hydra/hydra.yaml``); else the folder's name."""
-    hydra_file = run_dir / ".hydra" / "hydra.yaml"
-    if hydra_file.exists():
-        job = ((yaml.safe_load(hydra_file.read_text()) or {}).get("hydra") or {}).get("job") or {}
-        if "override_dirname" in job:
-            return job["override_dirname"] or "default"
+    """The settings the sweep varies, as the CLI named the run's folder (``<setting>/seed=<N>/``)."""
     return run_dir.parent.name if run_dir.name.startswith("seed=") else run_dir.name
 
 

@@ -83,7 +83,7 @@ def test_multirun_sweeps_beta_and_group_size(tmp_path):
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    runs = sorted(p for p in tmp_path.iterdir() if p.is_dir() and (p / "config.yaml").exists())
+    runs = sorted(p.parent for p in tmp_path.glob("*/seed=*/config.yaml"))  # <overrides>/seed=<seed>/
     assert len(runs) == 4
     seen = set()
     for run in runs:

@@ -16,7 +16,7 @@ def test_short_default_run_raises_reward(tmp_path):
     run = tmp_path / "run"
     out = subprocess.run(
         [sys.executable, "-m", "reasoning_rl.cli", f"trainer.output_dir={run}", "trainer.steps=30",
-         "trainer.progress_bar=false", "trainer.num_threads=1", "task.arithmetic.max_operand=9",
+         "trainer.progress_bar=false", "trainer.num_threads=1", "+task.source_kwargs.max_operand=9",
          "evaluation.num_examples=50", "evaluation.samples_per_problem=2"],
         capture_output=True, text=True, cwd=tmp_path, timeout=900,
     )
