@@ -1,42 +1,13 @@
-"""Atomic file writes and JSONL helpers: a crash never leaves a half-written result file."""
+"""JSON/JSONL result files, written atomically (``reasoning_rl.atomic``): a crash never leaves a half-written one."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to a temporary file in the same folder, then ``os.replace`` it onto ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+from reasoning_rl.atomic import atomic_write_text
 
 
 def write_json(path: str | Path, obj: Any) -> None:

@@ -25,7 +25,7 @@ from benchmarks.evaluate import (
     format_metric,
     read_samples,
 )
-from benchmarks.io import atomic_write_text
+from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.tasks.data import Problem, load_problems
 from reasoning_rl.tasks.definition import DatasetDefinition, get_definition, list_definitions
 from reasoning_rl.tasks.scoring import grade

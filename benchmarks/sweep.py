@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.io import atomic_write_bytes, atomic_write_text, write_json
+from benchmarks.io import write_json
+from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
