@@ -11,6 +11,9 @@ def test_write_replaces_and_leaves_no_temporary(tmp_path):
     atomic_write_text(path, "new")
     assert path.read_text() == "new"
     assert [p.name for p in path.parent.iterdir()] == ["result.json"]
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    assert path.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777  # readable like any file
 
 
 def test_a_failed_write_keeps_the_old_file(tmp_path):
