@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -20,10 +21,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from reasoning_rl.algo.registry import AlgorithmNotFoundError
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.checkpoint import latest_checkpoint
-from reasoning_rl.config import TrainConfig, register_configs
+from reasoning_rl.config import ConfigError, TrainConfig, register_configs
 from reasoning_rl.run_status import config_differences, failure_fields, read_status, write_status
+from reasoning_rl.tasks.data import TaskDataError
+from reasoning_rl.tasks.definition import DefinitionNotFoundError
 
 log = logging.getLogger("reasoning_rl")
 
@@ -66,6 +70,11 @@ def format_eval_table(summary: dict) -> str:
 
 class RunFolderConflict(RuntimeError):
     """The run folder holds another run (other settings): training there would mix the two."""
+
+
+USER_ERRORS = (ConfigError, TaskDataError, DefinitionNotFoundError, AlgorithmNotFoundError, FileNotFoundError,
+               RunFolderConflict)
+"""Errors of the input (config, data, a missing checkpoint or file): reported in one message."""
 
 
 NAME_EXCLUDED = ("trainer.seed", "trainer.resume", "trainer.output_dir", "trainer.progress_bar", "experiment")
@@ -150,6 +159,18 @@ def prepare_run_folder(run_dir: Path, resolved: dict, train_cfg: TrainConfig) ->
 
 @hydra.main(version_base="1.3", config_path="pkg://reasoning_rl.conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> float:
+    try:
+        return run_training(cfg)
+    except USER_ERRORS as exc:
+        if is_multirun():
+            raise  # recorded in the run's status.json; the sweep goes on and reports it at the end
+        # Bad input, not a bug: the message says what is wrong and what to do; no traceback.
+        print(f"reasoning-rl-train: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_training(cfg: DictConfig) -> float:
+    """One run: prepare its folder, train, write status and summary; the held-out greedy accuracy."""
     from reasoning_rl.trainer import Trainer
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

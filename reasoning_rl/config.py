@@ -122,13 +122,17 @@ class TrainConfig:
     evaluation: EvalConfig = field(default_factory=EvalConfig)
 
 
+class ConfigError(ValueError):
+    """Settings that cannot run, each named by its key."""
+
+
 def validate(cfg: TrainConfig) -> None:
     """Reject settings that would fail later or silently do something else, naming every bad key."""
     from reasoning_rl.algo.registry import get_algorithm
 
     entry = get_algorithm(cfg.algo.name)
     if not isinstance(cfg.algo, entry.config_class):
-        raise ValueError(f"algo.name={cfg.algo.name!r} needs its settings as {entry.config_class.__name__}, got "
+        raise ConfigError(f"algo.name={cfg.algo.name!r} needs its settings as {entry.config_class.__name__}, got "
                          f"{type(cfg.algo).__name__}; compose it with algo={cfg.algo.name} or build it with "
                          f"{entry.config_class.__module__}.{entry.config_class.__name__}")
     problems = cfg.algo.problems()
@@ -137,7 +141,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.trainer.steps < 0:
         problems.append(f"trainer.steps must be >= 0, got {cfg.trainer.steps}")
     if problems:
-        raise ValueError("invalid configuration:\n  - " + "\n  - ".join(problems))
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 
 
 def register_configs() -> None:

@@ -114,7 +114,7 @@ def read_run(run_dir: Path, root: Path) -> RunRecord:
         greedy_before=before.get("greedy_accuracy"), greedy_after=after.get("greedy_accuracy"),
         sampled_after=after.get("sampled_accuracy"),
         tokens_per_s=sum(throughput) / len(throughput) if throughput else None,
-        wall_s=wall, error=(status.get("error") or "").splitlines()[0][:200] if label == "failed" else None,
+        wall_s=wall, error=" ".join((status.get("error") or "").split())[:200] if label == "failed" else None,
         values=values,
     )
 

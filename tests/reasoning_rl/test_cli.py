@@ -93,3 +93,15 @@ def test_multirun_sweeps_beta_and_group_size(tmp_path):
         assert (run / "reference").exists() == (cfg.algo.beta > 0)
         assert json.loads((run / "summary.json").read_text())["eval_after"]
     assert seen == {(0.0, 2), (0.0, 4), (0.04, 2), (0.04, 4)}
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("algo.group_size=1", "algo.group_size must be >= 2"),
+    ("algo.name=nope", "Known algorithms: grpo"),
+    ("task.name=gsm9k", "Did you mean 'gsm8k'"),
+])
+def test_bad_input_is_one_clear_message_not_a_traceback(tmp_path, override, expected):
+    out = subprocess.run([sys.executable, "-m", "reasoning_rl.cli", override, f"trainer.output_dir={tmp_path}/run"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 2
+    assert expected in out.stderr and "Traceback" not in out.stderr
