@@ -30,9 +30,30 @@ def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor, chunk_rows
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Per-token entropy H = logsumexp(z) - sum_v softmax(z)_v z_v.  # [B, L]"""
+    """Per-token entropy H = logsumexp(z) - sum_v softmax(z)_v z_v.  # [B, L]
+    Tokens outside a top-k / top-p set (logit -inf, probability 0) add nothing."""
     probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
+    return torch.logsumexp(logits, dim=-1) - torch.where(probs > 0, probs * logits, 0.0).sum(-1)
+
+
+def sampling_support(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Which tokens the sampler could draw: top-k, then top-p (nucleus) over what is left, the
+    order and ties of transformers' TopKLogitsWarper / TopPLogitsWarper; at least one kept.  # [..., V] bool
+
+    top-p keeps the smallest set of most likely tokens whose probability reaches ``top_p``:
+    sorted ascending, a token is dropped when the cumulative probability up to it is <= 1 - top_p.
+    """
+    keep = torch.ones_like(logits, dtype=torch.bool)
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # [..., 1]
+        keep = logits >= kth
+    if top_p < 1.0:
+        masked = logits.masked_fill(~keep, float("-inf"))
+        sorted_logits, order = torch.sort(masked, dim=-1, descending=False)
+        drop_sorted = sorted_logits.softmax(dim=-1).cumsum(dim=-1) <= (1.0 - top_p)
+        drop_sorted[..., -1:] = False
+        keep = keep & ~drop_sorted.scatter(-1, order, drop_sorted)
+    return keep
 
 
 def completion_logprobs(
@@ -43,6 +64,8 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     group_size: int = 1,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the completion tokens ``input_ids[:, completion_start:]``.
 
@@ -50,6 +73,9 @@ def completion_logprobs(
     completions of width L. Logits at position t predict token t + 1, so the
     completion's logits are positions ``P-1 .. P+L-2``. Returns ``[B, L]`` log-probs
     (and entropies when asked), at the sampling temperature, 0 at padded positions.
+    With ``top_k`` / ``top_p`` set, the distribution is renormalised over the tokens the
+    sampler could draw (:func:`sampling_support`): the log-probs are those of the
+    distribution the completions were actually sampled from, so the ratio and KL refer to it.
 
     ``group_size=G > 1`` says rows ``i*G .. i*G+G-1`` share one prompt (a GRPO group):
     each prompt then goes through the model once instead of G times (same numbers,
@@ -64,6 +90,8 @@ def completion_logprobs(
         logits = logits[:, completion_start - 1:-1, :]  # [B, L, V]
     if temperature != 1.0:
         logits = logits / temperature
+    if top_k or top_p < 1.0:
+        logits = logits.masked_fill(~sampling_support(logits.detach(), top_k, top_p), float("-inf"))
     tokens = input_ids[:, completion_start:]  # [B, L]
     # Padded completion positions get exactly 0, not log pi(<pad>): a raw pad log-prob can be
     # very negative, and a KL term exp(ref - logp) of it overflows to inf (inf * 0 = NaN).
@@ -120,7 +148,8 @@ def _shared_prompt_logits(
 
 @torch.no_grad()
 def frozen_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                    pad_token_id: int, temperature: float, micro_batch: int, group_size: int = 1) -> list[torch.Tensor]:
+                    pad_token_id: int, temperature: float, micro_batch: int, group_size: int = 1,
+                    top_k: int = 0, top_p: float = 1.0) -> list[torch.Tensor]:
     """Per-token log-probs of each completion under a model that is not being trained
     (pi_old, pi_ref), one 1-D float32 CPU tensor per completion, ``micro_batch`` rows at a time."""
     out: list[torch.Tensor] = []
@@ -128,7 +157,7 @@ def frozen_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: S
     for s in range(0, len(prompts), micro_batch):
         packed = pack(prompts[s:s + micro_batch], completions[s:s + micro_batch], pad_token_id).to(device)
         logp, _ = completion_logprobs(model, packed.input_ids, packed.attention_mask, packed.completion_start,
-                                      temperature, group_size=group_size)
+                                      temperature, group_size=group_size, top_k=top_k, top_p=top_p)
         for row, c in zip(logp, completions[s:s + micro_batch]):
             out.append(row[: len(c)].float().cpu())
     return out

@@ -203,16 +203,17 @@ class GRPO(Algorithm):
         """mu optimisation steps on -J(theta) over this step's rollouts."""
         a, ctx = self.cfg, self.ctx
         model, pad, temperature = ctx.model, ctx.tokenizer.pad_token_id, ctx.sampling.temperature
+        support = {"top_k": ctx.sampling.top_k, "top_p": ctx.sampling.top_p}  # the sampled distribution
         prompts = [c.prompt_token_ids for c in ro.completions]
         comps = [c.token_ids if c.token_ids else [ctx.tokenizer.eos_token_id] for c in ro.completions]
         n = len(comps)
         mb, group = self._micro_batch()
         if a.num_iterations > 1:
             model.eval()
-            old = frozen_logprobs(model, prompts, comps, pad, temperature, mb, group)
+            old = frozen_logprobs(model, prompts, comps, pad, temperature, mb, group, **support)
         else:
             old = None  # mu == 1: pi_old == pi_theta, the ratio is exactly 1 (detached copy below)
-        ref = frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, group) \
+        ref = frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, group, **support) \
             if self.ref_model is not None else None
         model.train()
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses).
@@ -227,7 +228,7 @@ class GRPO(Algorithm):
                 packed = pack(prompts[s:e], comps[s:e], pad).to(ctx.device)
                 logp, entropy = completion_logprobs(model, packed.input_ids, packed.attention_mask,
                                                     packed.completion_start, temperature,
-                                                    with_entropy=True, group_size=group)
+                                                    with_entropy=True, group_size=group, **support)
                 mask = packed.completion_mask  # [b, L]
                 old_logp = logp.detach() if old is None else pad_rows(old[s:e], mask.shape[1]).to(ctx.device)
                 ref_logp = None if ref is None else pad_rows(ref[s:e], mask.shape[1]).to(ctx.device)

@@ -109,3 +109,39 @@ def test_padded_positions_are_zero_whatever_the_pad_logit(group_size):
     out.loss.backward()
     assert torch.isfinite(out.loss) and all(torch.isfinite(p.grad).all() for p in model.parameters()
                                             if p.grad is not None)
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(0, 0.9), (5, 1.0), (5, 0.7), (1, 1.0), (0, 0.01)])
+def test_sampling_support_is_what_transformers_samples_from(top_k, top_p):
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    from reasoning_rl.logprobs import sampling_support
+
+    torch.manual_seed(0)
+    scores = torch.randn(6, 40) * 3
+    warped = scores
+    if top_k:
+        warped = TopKLogitsWarper(top_k)(None, warped)
+    if top_p < 1.0:
+        warped = TopPLogitsWarper(top_p)(None, warped)
+    assert torch.equal(sampling_support(scores, top_k, top_p), torch.isfinite(warped))
+
+
+def test_truncated_sampling_log_probs_are_renormalised_over_the_support():
+    # Greedy completions are always inside the top-k set. Their log-probs renormalised over the
+    # k kept tokens are >= the full-softmax ones, and the entropy over the support is <= the full one.
+    model, tok = _model("llama")
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ("What is 3 + 4? Answer: ", "Compute 1+2: ")]
+    comps = []
+    with torch.no_grad():
+        for p in prompts:
+            out = model.generate(torch.tensor([p]), max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
+            comps.append(out[0, len(p):].tolist())
+    packed = pack(prompts, comps, tok.pad_token_id)
+    args = (model, packed.input_ids, packed.attention_mask, packed.completion_start)
+    full, entropy_full = completion_logprobs(*args, with_entropy=True)
+    kept, entropy_kept = completion_logprobs(*args, with_entropy=True, top_k=8)
+    real = packed.completion_mask.bool()
+    assert torch.isfinite(kept[real]).all()
+    assert (kept[real] >= full[real] - 1e-6).all() and (kept[real] > full[real]).any()
+    assert torch.isfinite(entropy_kept).all() and (entropy_kept[real] <= entropy_full[real] + 1e-5).all()

@@ -102,3 +102,18 @@ def test_iterative_grpo_resets_the_reference(small_cfg, tmp_path):
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "reference")
     for a, b, c in zip(ckpt.parameters(), saved.parameters(), trainer.algorithm.ref_model.parameters()):
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_top_k_top_p_sampling_trains_on_the_sampled_distribution(small_cfg, tmp_path):
+    """With top-k / top-p sampling the trainer's log-probs are renormalised over the tokens the
+    sampler could draw, so every sampled token has a finite log-prob and, at mu = 1, ratio 1."""
+    from reasoning_rl.metrics_log import read_metrics
+
+    small_cfg.rollout.top_k, small_cfg.rollout.top_p = 5, 0.9
+    small_cfg.trainer.steps = 2
+    small_cfg.evaluation.enabled = False
+    _train(small_cfg, tmp_path / "run")
+    for m in read_metrics(tmp_path / "run" / "metrics.jsonl"):
+        for key in ("loss/total", "kl/mean", "entropy/mean", "grad/norm"):
+            assert math.isfinite(m[key]), key
+        assert m["ratio/mean"] == pytest.approx(1.0)
