@@ -7,7 +7,9 @@ A run is any folder under the sweep holding a ``config.yaml`` written by
 ``reasoning-rl-train``. Each gets a row: its setting (the sweep overrides, seed left out),
 seed, status (``finished``, ``failed`` with its error, or ``incomplete``: killed or still
 running), steps done, final training reward and KL (means over the last tenth of the
-steps), held-out accuracy before and after, completion tokens per second and wall time.
+steps), held-out accuracy before and after, completion tokens per second, wall time, and
+memory: the training state (parameters, gradients, optimiser states of every model held,
+``reasoning_rl.memory``) and the peak resident memory.
 No run is dropped: a run without metrics is still listed with its status.
 
 Written to ``<sweep>/report/``: ``report.md`` (the table), ``runs.json`` and ``runs.csv``
@@ -53,6 +55,9 @@ class RunRecord:
     sampled_after: float | None = None
     tokens_per_s: float | None = None
     wall_s: float | None = None
+    state_gb: float | None = None
+    """Parameters + gradients + optimiser states of every model held (summary.json's memory)."""
+    peak_rss_gb: float | None = None
     error: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
     """Every config value, dotted (``algo.beta``), for plotting against."""
@@ -114,7 +119,9 @@ def read_run(run_dir: Path, root: Path) -> RunRecord:
         greedy_before=before.get("greedy_accuracy"), greedy_after=after.get("greedy_accuracy"),
         sampled_after=after.get("sampled_accuracy"),
         tokens_per_s=sum(throughput) / len(throughput) if throughput else None,
-        wall_s=wall, error=" ".join((status.get("error") or "").split())[:200] if label == "failed" else None,
+        wall_s=wall, state_gb=((summary or {}).get("memory") or {}).get("state_gb"),
+        peak_rss_gb=max((m["memory/peak_rss_gb"] for m in metrics if "memory/peak_rss_gb" in m), default=None),
+        error=" ".join((status.get("error") or "").split())[:200] if label == "failed" else None,
         values=values,
     )
 
@@ -137,17 +144,22 @@ def _num(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _gb(x: float | None) -> str:
+    return "-" if x is None else (f"{x * 1024:.0f} MB" if x < 1 else f"{x:.2f} GB")
+
+
 def format_table(runs: list[RunRecord]) -> str:
     lines = ["| setting | seed | status | steps | reward (last 10%) | KL (last 10%) | greedy before | greedy after "
-             "| sampled after | tokens/s | wall |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| sampled after | tokens/s | wall | train state | peak RSS |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         status = r.status + (f": {r.error}" if r.error else "")
         steps = f"{r.steps_done}/{r.steps_total}" if r.steps_total is not None else str(r.steps_done)
         wall = "-" if r.wall_s is None else f"{r.wall_s / 60:.1f} min"
         lines.append(f"| {r.setting} | {r.seed} | {status} | {steps} | {_num(r.final_reward, '.3f')} "
                      f"| {_num(r.final_kl, '.4f')} | {_pct(r.greedy_before)} | {_pct(r.greedy_after)} "
-                     f"| {_pct(r.sampled_after)} | {_num(r.tokens_per_s, '.0f')} | {wall} |")
+                     f"| {_pct(r.sampled_after)} | {_num(r.tokens_per_s, '.0f')} | {wall} "
+                     f"| {_gb(r.state_gb)} | {_gb(r.peak_rss_gb)} |")
     counts = defaultdict(int)
     for r in runs:
         counts[r.status] += 1

@@ -123,6 +123,14 @@ class Algorithm(ABC):
     def step(self, step: int) -> StepOutput:
         """Run optimisation step number ``step`` (0-based) and return what to log."""
 
+    def held_models(self) -> list[Any]:
+        """Models this algorithm holds besides the policy (reference, critic): counted in memory reports."""
+        return []
+
+    def optimizers(self) -> list[Any]:
+        """This algorithm's optimisers: their states are counted in memory reports."""
+        return []
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint must hold to resume this algorithm (optimiser, scheduler, ...)."""
         return {}

@@ -133,6 +133,12 @@ class GRPO(Algorithm):
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
 
+    def held_models(self) -> list[Any]:
+        return [self.ref_model] if self.ref_model is not None else []
+
+    def optimizers(self) -> list[Any]:
+        return [self.optimizer]
+
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
 

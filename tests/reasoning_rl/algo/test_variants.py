@@ -102,6 +102,14 @@ def test_iterative_grpo_resets_the_reference(small_cfg, tmp_path):
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "reference")
     for a, b, c in zip(ckpt.parameters(), saved.parameters(), trainer.algorithm.ref_model.parameters()):
         assert torch.equal(a, b) and torch.equal(a, c)
+    # Memory: GRPO holds the policy and pi_ref (2x the parameters), AdamW two moments of the policy.
+    import json
+
+    memory = json.loads((tmp_path / "run" / "summary.json").read_text())["memory"]
+    policy_gb = sum(p.numel() * 4 for p in trainer.model.parameters()) / 1024 ** 3
+    assert memory["parameters_gb"] == pytest.approx(2 * policy_gb)
+    assert memory["gradients_gb"] == pytest.approx(policy_gb)
+    assert 2 * policy_gb <= memory["optimizer_gb"] <= 2.01 * policy_gb
 
 
 def test_top_k_top_p_sampling_trains_on_the_sampled_distribution(small_cfg, tmp_path):
