@@ -120,7 +120,7 @@ def read_run(run_dir: Path, root: Path) -> RunRecord:
         sampled_after=after.get("sampled_accuracy"),
         tokens_per_s=sum(throughput) / len(throughput) if throughput else None,
         wall_s=wall, state_gb=((summary or {}).get("memory") or {}).get("state_gb"),
-        peak_rss_gb=max((m["memory/peak_rss_gb"] for m in metrics if "memory/peak_rss_gb" in m), default=None),
+        peak_rss_gb=((summary or {}).get("memory") or {}).get("peak_rss_gb"),
         error=" ".join((status.get("error") or "").split())[:200] if label == "failed" else None,
         values=values,
     )

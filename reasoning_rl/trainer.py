@@ -31,7 +31,7 @@ from reasoning_rl.algo.registry import get_algorithm
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.config import TrainConfig, validate
 from reasoning_rl.heldout import evaluate_heldout
-from reasoning_rl.memory import memory_report, peak_rss_bytes
+from reasoning_rl.memory import memory_report
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics
 from reasoning_rl.models import load_model, load_pretrained
 from reasoning_rl.prompt_sampler import PromptSampler
@@ -144,7 +144,6 @@ class Trainer:
                 self.step += 1
                 metrics = dict(out.metrics)
                 metrics["time/step"] = elapsed
-                metrics["memory/peak_rss_gb"] = peak_rss_bytes() / 1024 ** 3
                 if "completion/tokens" in metrics:
                     metrics["throughput/completion_tokens_per_s"] = metrics["completion/tokens"] / max(elapsed, 1e-9)
                 if cfg.evaluation.every and self.eval_examples and self.step % cfg.evaluation.every == 0:
