@@ -1,0 +1,135 @@
+"""PPO's per-token math with a critic, one pure function per formula.
+
+Shapes: B = completions, L = completion tokens (right-padded); ``mask`` is 1 on real
+completion tokens. Token t of a completion is the action a_t taken in state
+s_t = (prompt, o_<t); the episode ends after the completion's last token, so the
+value after it is 0 (nothing more is rewarded).
+
+    r_t      = -beta * (log pi_old(o_t) - log pi_ref(o_t))  +  [t = last] * R      (kl_penalized_rewards)
+    delta_t  = r_t + gamma * V(s_{t+1}) - V(s_t)                                   (gae_advantages)
+    A_t      = sum_l (gamma * lam)^l * delta_{t+l}
+    R_t      = A_t + V(s_t)
+    L_V      = 1/2 max( (V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2 )          (clipped_value_loss)
+
+The clipped surrogate itself is ``reasoning_rl.algo.losses.clipped_surrogate``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def kl_penalized_rewards(
+    old_logp: torch.Tensor, ref_logp: torch.Tensor | None, scores: torch.Tensor, mask: torch.Tensor, beta: float
+) -> torch.Tensor:
+    """Per-token rewards of RLHF-style PPO (DeepSeekMath, arXiv 2402.03300, sec. 4.1, eq. 2).  # [B, L]
+
+        r_t = -beta * (log pi_old(o_t | q, o_<t) - log pi_ref(o_t | q, o_<t))   on every token
+              + R(q, o)                                                        on the last token
+
+    ``scores`` ``[B]`` is the verifier's reward R of each completion (finite: the caller
+    decides what an unscorable one becomes). The paper writes pi_theta in the penalty; the
+    tokens were sampled by pi_old and the rewards are fixed before the update, so it is
+    pi_old's log-probs (as in InstructGPT, TRL and verl). The log-ratio is KL's k1 estimator.
+    ``ref_logp`` may be None only with ``beta == 0``. 0 at padded positions.
+    """
+    m = mask.bool()  # [B, L]
+    rewards = torch.zeros_like(old_logp)  # [B, L]
+    if beta != 0.0:
+        if ref_logp is None:
+            raise ValueError("beta != 0 needs reference log-probs")
+        rewards = torch.where(m, -beta * (old_logp - ref_logp), 0.0)  # [B, L]
+    last = (mask.sum(-1).long() - 1).clamp(min=0)  # index of each row's last real token  # [B]
+    has_tokens = mask.sum(-1) > 0  # [B]
+    bonus = torch.where(has_tokens, scores.to(rewards.dtype), 0.0)  # [B]
+    return rewards.scatter_add(1, last.unsqueeze(-1), bonus.unsqueeze(-1))
+
+
+def gae_advantages(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2015, arXiv 1506.02438, eq. 16)
+    and the lambda-returns the critic regresses on. Returns ``(advantages, returns)``, ``[B, L]`` each.
+
+        delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)          V after the last real token = 0
+        A_t     = delta_t + gamma * lam * A_{t+1}            (= sum_l (gamma lam)^l delta_{t+l})
+        R_t     = A_t + V(s_t)
+
+    lam = 1 gives A_t = sum_l gamma^l r_{t+l} - V(s_t) (Monte Carlo; with gamma = 1 the returns
+    are the rewards-to-go), lam = 0 the one-step TD error A_t = delta_t.
+
+    Positions where ``mask`` is 0 are skipped, not treated as steps: they pass the next real
+    token's value and advantage through unchanged, so trailing padding ends the episode and a
+    hole inside a row joins its two sides. Advantages and returns are 0 there.
+    """
+    m = mask.bool()  # [B, L]
+    advantages = torch.zeros_like(rewards)  # [B, L]
+    next_value = torch.zeros_like(rewards[:, 0])  # V(s_{t+1}), 0 past the end  # [B]
+    next_advantage = torch.zeros_like(rewards[:, 0])  # A_{t+1}  # [B]
+    for t in reversed(range(rewards.shape[1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]  # [B]
+        advantage = delta + gamma * lam * next_advantage  # [B]
+        real = m[:, t]  # [B]
+        advantages[:, t] = torch.where(real, advantage, 0.0)
+        next_value = torch.where(real, values[:, t], next_value)
+        next_advantage = torch.where(real, advantage, next_advantage)
+    returns = torch.where(m, advantages + values, 0.0)  # [B, L]
+    return advantages, returns
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Advantage normalisation over the masked entries of the whole batch (PPO's usual trick;
+    cleanrl's ``norm_adv``, verl's ``masked_whiten``).  # [B, L]
+
+        x' = (x - mean(x)) / sqrt(var(x) + eps)       (population variance; 0 where mask is 0)
+
+    Fewer than two masked entries: returned centred only (a variance of one value says nothing).
+    """
+    m = mask.bool()  # [B, L]
+    count = int(m.sum())
+    if count == 0:
+        return torch.zeros_like(values)
+    mean = values[m].mean()
+    centred = torch.where(m, values - mean, 0.0)  # [B, L]
+    if count < 2:
+        return centred
+    var = (centred[m] ** 2).mean()
+    return centred * torch.rsqrt(var + eps)
+
+
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped value loss per token (Schulman et al. 2017 baselines' ``cliprange_value``;
+    cleanrl ``clip_vloss``, verl ``compute_value_loss``). Returns ``(loss, clipped)``, ``[B, L]`` each.
+
+        V_clip = clip(V, V_old - c, V_old + c)
+        loss   = 1/2 * max( (V - R)^2, (V_clip - R)^2 )
+
+    The max is pessimistic: a prediction that moves more than c away from V_old is not
+    rewarded for getting closer to R. ``clipped`` marks where the clipped branch is larger
+    (the unclipped gradient is cut). Aggregate with ``reasoning_rl.algo.losses.aggregate``.
+    """
+    unclipped = (values - returns) ** 2  # [B, L]
+    v_clip = old_values + torch.clamp(values - old_values, -clip, clip)  # [B, L]
+    clipped_branch = (v_clip - returns) ** 2  # [B, L]
+    return 0.5 * torch.maximum(unclipped, clipped_branch), clipped_branch > unclipped
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """How much of the returns' variance the critic predicts, over the masked entries:
+
+        EV = 1 - Var[R - V] / Var[R]        (1 = perfect, 0 = no better than a constant, < 0 worse)
+
+    NaN when the returns do not vary (nothing to explain), as in cleanrl.
+    """
+    m = mask.bool()  # [B, L]
+    r, v = returns[m], values[m]  # [n]
+    if r.numel() < 2:
+        return math.nan
+    var_r = float(r.var(unbiased=False))
+    if var_r == 0.0:
+        return math.nan
+    return 1.0 - float((r - v).var(unbiased=False)) / var_r
