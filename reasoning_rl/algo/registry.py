@@ -17,7 +17,7 @@ from importlib import import_module, metadata
 from reasoning_rl.algo.base import AlgoConfig, Algorithm
 
 ENTRY_POINT_GROUP = "reasoning_rl.algorithms"
-BUILTIN_MODULES = ("reasoning_rl.algo.grpo",)
+BUILTIN_MODULES = ("reasoning_rl.algo.grpo", "reasoning_rl.algo.ppo")
 """Modules whose import registers the built-in algorithms."""
 
 

@@ -1,0 +1,221 @@
+"""PPO with a critic on the shared run loop: config truth, the critic, tiny end-to-end CPU runs."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from hydra import compose, initialize_config_module
+
+from reasoning_rl.algo import get_algorithm
+from reasoning_rl.algo.ppo import PPO, PPOConfig, build_critic
+from reasoning_rl.batching import pack
+from reasoning_rl.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state
+from reasoning_rl.cli import to_train_config
+from reasoning_rl.config import TrainConfig, register_configs, validate
+from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.models import TinyModelConfig, build_tiny_model
+from reasoning_rl.trainer import Trainer
+from rewards.compose import RewardSpec
+
+CONF = Path(__file__).resolve().parents[3] / "conf"
+
+PPO_METRICS = {
+    "loss/total", "loss/policy", "loss/value", "value/mean", "value/return_mean", "value/explained_variance",
+    "kl/mean", "kl/k1_mean", "clip/low_fraction", "clip/high_fraction", "clip/value_fraction", "ratio/mean",
+    "entropy/mean", "advantage/abs_mean", "grad/norm", "grad/critic_norm", "lr", "lr/critic",
+    "time/rollout", "time/update", "time/step", "throughput/completion_tokens_per_s",
+    "reward/mean", "reward/format", "accuracy/train", "completion/length_mean", "completion/tokens",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schemas():
+    register_configs()
+
+
+def _compose(overrides):
+    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
+        return compose(config_name="train", overrides=overrides)
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+def test_ppo_is_registered_with_its_config():
+    entry = get_algorithm("ppo")
+    assert (entry.algorithm, entry.config_class) == (PPO, PPOConfig)
+
+
+def test_schema_defaults_equal_the_yaml():
+    values = {k: v for k, v in yaml.safe_load((CONF / "algo" / "ppo.yaml").read_text()).items() if k != "defaults"}
+    defaults = {f.name: f.default for f in dataclasses.fields(PPOConfig)}
+    assert set(values) == set(defaults), set(values) ^ set(defaults)  # every field is in the YAML
+    assert {k: v for k, v in values.items() if v != defaults[k]} == {}
+    assert (CONF / "algo" / "ppo.yaml").read_text().startswith("# reasoning-rl-train algo=ppo")
+
+
+def test_algo_ppo_composes_and_validates():
+    cfg = to_train_config(_compose(["algo=ppo", "algo.critic=value_head"]))
+    assert isinstance(cfg.algo, PPOConfig)
+    assert (cfg.algo.name, cfg.algo.critic, cfg.algo.group_size) == ("ppo", "value_head", 1)
+    validate(cfg)
+    with pytest.raises(Exception, match="lamda"):
+        _compose(["algo=ppo", "algo.lamda=0.9"])
+
+
+def test_problems_name_every_bad_key():
+    bad = PPOConfig(group_size=0, gamma=1.5, value_clip=0.0, critic="shared", num_iterations=0,
+                    loss_aggregation="median", vf_coef=-1.0)
+    text = "\n".join(bad.problems())
+    for key in ("group_size", "gamma", "value_clip", "critic", "num_iterations", "loss_aggregation", "vf_coef"):
+        assert f"algo.{key}" in text
+    assert PPOConfig().problems() == []
+
+
+# -- the critic ------------------------------------------------------------------------------------
+
+def test_critic_kinds_own_or_share_the_policy_transformer():
+    policy, tokenizer = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2,
+                                                         intermediate_size=64))
+    separate, shared = build_critic(policy, "separate"), build_critic(policy, "value_head")
+    assert shared.backbone is policy.base_model
+    assert [p.data_ptr() for p in shared.own_parameters()] == [p.data_ptr() for p in shared.head.parameters()]
+    policy_ptrs = {p.data_ptr() for p in policy.parameters()}
+    assert not policy_ptrs & {p.data_ptr() for p in separate.own_parameters()}  # a copy, not a view
+    for a, b in zip(separate.backbone.parameters(), policy.base_model.parameters()):
+        assert torch.equal(a, b)  # initialised from the policy
+    # V(s_t) is read at the position that predicts completion token t; the head starts at 0.
+    packed = pack([[5, 6, 7], [8, 9]], [[10, 11], [12]], tokenizer.pad_token_id)
+    with torch.no_grad():
+        torch.nn.init.ones_(separate.head.weight)
+        values = separate(packed)  # [2, 2]
+        hidden = policy.base_model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                                   position_ids=(packed.attention_mask.cumsum(-1) - 1).clamp(min=0)).last_hidden_state
+    p = packed.completion_start  # 3: prompt width
+    assert values[0].tolist() == pytest.approx(hidden[0, p - 1:p + 1].sum(-1).tolist(), abs=1e-5)
+    assert values[1, 0].item() == pytest.approx(hidden[1, p - 1].sum().item(), abs=1e-5)
+    assert values[1, 1].item() == 0.0  # padding
+    assert shared(packed).abs().sum().item() == 0.0
+
+
+# -- end to end ------------------------------------------------------------------------------------
+
+def _ppo_cfg(small_cfg, **algo) -> TrainConfig:
+    # "has a digit" varies between samples of the untrained tiny model: advantages are not all 0.
+    small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
+    options = dict(prompts_per_step=4, group_size=1, micro_batch_size=3, learning_rate=1e-3, beta=0.04)
+    options.update(algo)
+    return TrainConfig(task=small_cfg.task, model=small_cfg.model, rollout=small_cfg.rollout,
+                       trainer=small_cfg.trainer, evaluation=small_cfg.evaluation, algo=PPOConfig(**options))
+
+
+def _train(cfg, run_dir):
+    trainer = Trainer(cfg, run_dir)
+    try:
+        return trainer, trainer.train()
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("critic, group_size", [("separate", 1), ("value_head", 2)])
+def test_end_to_end_logs_checkpoints_and_reloads(small_cfg, tmp_path, critic, group_size):
+    cfg = _ppo_cfg(small_cfg, critic=critic, group_size=group_size)
+    trainer, summary = _train(cfg, tmp_path / "run")
+    run = tmp_path / "run"
+    metrics = read_metrics(run / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    for m in metrics:
+        assert set(m) >= PPO_METRICS, PPO_METRICS - set(m)
+    assert metrics[0]["kl/mean"] == pytest.approx(0.0, abs=1e-6)  # policy == reference at step 1
+    assert metrics[0]["value/mean"] == 0.0  # the head starts at 0
+    assert any(m["advantage/abs_mean"] > 0 for m in metrics)
+    assert any(m["loss/value"] > 0 for m in metrics) and metrics[-1]["value/mean"] != 0.0  # the critic learnt
+    assert summary["algorithm"] == "ppo" and summary["label"] == "PPO" and summary["eval_after"]
+    assert len((run / "completions.jsonl").read_text().splitlines()) == 4 * 4 * group_size
+    # Checkpoints: the policy in Hugging Face format, the critic in the trainer state.
+    assert [p.name for p in list_checkpoints(run)] == ["checkpoint-2", "checkpoint-4"]
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(latest_checkpoint(run))
+    for a, b in zip(model.parameters(), trainer.model.parameters()):
+        assert torch.equal(a, b)
+    saved = load_trainer_state(latest_checkpoint(run))["critic"]
+    own = trainer.algorithm.critic.own_state_dict()
+    assert saved.keys() == own.keys() and all(torch.equal(saved[k], own[k]) for k in own)
+    assert ("head.weight" in saved) == (critic == "separate")  # value_head saves its head alone
+    # Memory: the separate critic is a second transformer; the value head adds a few bytes.
+    state = summary["memory"]["parameters_gb"] * 1024 ** 3
+    policy_bytes = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
+    assert state > (2.5 if critic == "separate" else 1.9) * policy_bytes
+
+
+@pytest.mark.parametrize("critic", ["separate", "value_head"])
+def test_resume_matches_uninterrupted_run(small_cfg, tmp_path, critic):
+    cfg = _ppo_cfg(small_cfg, critic=critic, num_iterations=2)
+    cfg.evaluation.enabled = False
+    _train(cfg, tmp_path / "full")
+
+    class Killed(Exception):
+        pass
+
+    trainer = Trainer(cfg, tmp_path / "killed")
+    update = trainer.algorithm.update
+
+    def dies_at_step_3(ro):
+        if trainer.step == 2:
+            raise Killed
+        return update(ro)
+
+    trainer.algorithm.update = dies_at_step_3
+    with pytest.raises(Killed):
+        trainer.train()
+    trainer.close()
+    assert [p.name for p in list_checkpoints(tmp_path / "killed")] == ["checkpoint-2"]
+
+    cfg.trainer.resume = True
+    _train(cfg, tmp_path / "killed")
+    full = read_metrics(tmp_path / "full" / "metrics.jsonl")
+    resumed = read_metrics(tmp_path / "killed" / "metrics.jsonl")
+    assert [m["step"] for m in resumed] == [1, 2, 3, 4]
+    assert any(abs(m["ratio/mean"] - 1.0) > 1e-6 for m in full)  # the second epoch moved off pi_old
+    for a, b in zip(full, resumed):
+        for key, value in a.items():
+            if key.startswith(("time/", "throughput/")) or value is None:
+                continue
+            assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (a["step"], key)
+
+
+def test_unscorable_rewards_get_zero_advantage_and_no_value_loss(small_cfg, tmp_path):
+    """A reward that cannot score leaves the sample out: advantage 0, no value target, never a 0 reward."""
+    cfg = _ppo_cfg(small_cfg)
+    cfg.task.rewards = [RewardSpec(name="overlong", options={"max_length": 4, "buffer": 2,
+                                                             "length_field": "missing"})]
+    cfg.evaluation.enabled = False
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        trainer._setup_algorithm()
+        ro = trainer.algorithm.rollout(0)
+        metrics = trainer.algorithm.update(ro)
+    finally:
+        trainer.close()
+    assert torch.isnan(ro.groups.rewards).all()
+    assert ro.advantages.abs().sum() == 0 and ro.value_mask.sum() == 0
+    assert metrics["loss/value"] == 0.0 and metrics["loss/policy"] == 0.0
+    assert ro.groups.verifier_failures["unscorable"] == 4
+
+
+def test_the_critic_fits_a_fixed_batch(small_cfg, tmp_path):
+    """Epochs on one batch of rollouts drive the value loss down (clipping off)."""
+    cfg = _ppo_cfg(small_cfg, prompts_per_step=8, micro_batch_size=8, value_clip=1e9, critic_learning_rate=3e-3,
+                   learning_rate=0.0)
+    cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "."})]  # 1 for any text: R ~ 1, V_old = 0
+    cfg.evaluation.enabled = False
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        trainer._setup_algorithm()
+        ro = trainer.algorithm.rollout(0)
+        losses = [trainer.algorithm.update(ro)["loss/value"] for _ in range(15)]
+    finally:
+        trainer.close()
+    assert losses[-1] < 0.5 * losses[0], losses
