@@ -70,6 +70,33 @@ class AlgoConfig:
 
 
 @dataclass
+class ClippedPolicyConfig(AlgoConfig):
+    """Settings every algorithm with PPO's clipped policy objective has (GRPO, PPO)."""
+
+    eps_low: float = 0.2
+    """Lower clip range: the ratio is clipped at 1 - eps_low."""
+    eps_high: float = 0.2
+    """Upper clip range: the ratio is clipped at 1 + eps_high (DAPO's clip-higher uses 0.28)."""
+    loss_aggregation: str = "sequence_mean"
+    """How per-token losses become one: sequence_mean (paper), token_mean (DAPO) or constant (Dr. GRPO)."""
+    num_iterations: int = 1
+    """mu (PPO's epochs): optimisation steps on each batch of rollouts (old log-probs kept from sampling time)."""
+
+    def problems(self) -> list[str]:
+        from reasoning_rl.algo.losses import LOSS_AGGREGATIONS
+
+        out = super().problems()
+        if not (0 <= self.eps_low < 1) or self.eps_high < 0:
+            out.append(f"need 0 <= algo.eps_low < 1 and algo.eps_high >= 0, got {self.eps_low}, {self.eps_high}")
+        if self.loss_aggregation not in LOSS_AGGREGATIONS:
+            out.append(f"algo.loss_aggregation={self.loss_aggregation!r} is unknown; "
+                       f"choose one of {sorted(LOSS_AGGREGATIONS)}")
+        if self.num_iterations < 1:
+            out.append(f"algo.num_iterations must be >= 1, got {self.num_iterations}")
+        return out
+
+
+@dataclass
 class RunContext:
     """What the run loop hands an algorithm: built once, shared, never re-created by it."""
 

@@ -29,8 +29,8 @@ from reasoning_rl.algo.advantages import (
     compute_advantages,
     zero_std_fraction,
 )
-from reasoning_rl.algo.base import AlgoConfig, Algorithm, StepOutput
-from reasoning_rl.algo.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, LossNormalizer, grpo_loss
+from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
+from reasoning_rl.algo.losses import KL_ESTIMATORS, LossNormalizer, grpo_loss
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.batching import pack
 from reasoning_rl.groups import (
@@ -47,7 +47,7 @@ from reasoning_rl.reference import frozen_reference, reset_reference
 
 
 @dataclass
-class GRPOConfig(AlgoConfig):
+class GRPOConfig(ClippedPolicyConfig):
     """GRPO and its variants (``conf/algo/grpo.yaml``, ``dapo.yaml``, ``dr_grpo.yaml``, ``rloo.yaml``)."""
 
     name: str = "grpo"
@@ -56,20 +56,12 @@ class GRPOConfig(AlgoConfig):
     """G: completions sampled per prompt."""
     beta: float = 0.04
     """Weight of the KL(pi_theta || pi_ref) penalty; 0 = no reference model is loaded at all."""
-    eps_low: float = 0.2
-    """Lower clip range: ratio is clipped at 1 - eps_low."""
-    eps_high: float = 0.2
-    """Upper clip range: ratio is clipped at 1 + eps_high (DAPO's clip-higher uses 0.28)."""
     advantage: str = "grpo"
     """Advantage estimator: grpo, dr_grpo or rloo (reasoning_rl.algo.advantages)."""
     std: str = "population"
     """GRPO's scale: population (paper's worked example), unbiased (TRL/verl), batch, batch_unbiased, none."""
     adv_eps: float = 1e-6
     """eps in A_i = (r_i - mean) / (std + eps) (TRL uses 1e-4; docs/grpo.md)."""
-    loss_aggregation: str = "sequence_mean"
-    """sequence_mean (paper), token_mean (DAPO) or constant (Dr. GRPO)."""
-    num_iterations: int = 1
-    """mu: optimisation steps on each batch of rollouts (old log-probs kept from sampling time)."""
     kl_estimator: str = "k3"
     """KL term: k3 (paper), k3_is (ratio * k3, TRL's bias correction), k1, k2 (verl); docs/grpo.md."""
     ratio_level: str = "token"
@@ -88,13 +80,8 @@ class GRPOConfig(AlgoConfig):
             out.append(f"algo.group_size must be >= 2 (group statistics need 2 samples), got {self.group_size}")
         if self.advantage not in ADVANTAGE_ESTIMATORS:
             out.append(f"algo.advantage={self.advantage!r} is unknown; choose one of {sorted(ADVANTAGE_ESTIMATORS)}")
-        if self.loss_aggregation not in LOSS_AGGREGATIONS:
-            out.append(f"algo.loss_aggregation={self.loss_aggregation!r} is unknown; "
-                       f"choose one of {sorted(LOSS_AGGREGATIONS)}")
         if self.std not in STD_MODES:
             out.append(f"algo.std={self.std!r} is unknown; choose one of {', '.join(STD_MODES)}")
-        if self.num_iterations < 1:
-            out.append(f"algo.num_iterations must be >= 1, got {self.num_iterations}")
         if self.beta < 0:
             out.append(f"algo.beta must be >= 0, got {self.beta}")
         if self.kl_estimator not in KL_ESTIMATORS:
@@ -103,8 +90,6 @@ class GRPOConfig(AlgoConfig):
             out.append(f"algo.ratio_level={self.ratio_level!r} is unknown; choose token or sequence")
         if self.ref_reset_every < 0 or self.dynamic_sampling_max_rounds < 0:
             out.append("algo.ref_reset_every and algo.dynamic_sampling_max_rounds must be >= 0")
-        if not (0 <= self.eps_low < 1) or self.eps_high < 0:
-            out.append(f"need 0 <= algo.eps_low < 1 and algo.eps_high >= 0, got {self.eps_low}, {self.eps_high}")
         return out
 
 

@@ -55,6 +55,13 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio) - log_ratio - 1.0
 
 
+def clipped_tokens(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float,
+                   eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the clip is the active branch of the surrogate's min(): (ratio < 1 - eps_low and A < 0,
+    ratio > 1 + eps_high and A > 0). ``advantages`` broadcasts to ``ratio``.  # [B, L] bool each"""
+    return (ratio < 1.0 - eps_low) & (advantages < 0), (ratio > 1.0 + eps_high) & (advantages > 0)
+
+
 def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """KL_k1 = log pi_theta - log pi_ref: unbiased for KL(pi_theta || pi_ref) but can be negative
     (Schulman 2020; verl's ``kl``).  # [B, L]"""
@@ -241,10 +248,7 @@ def grpo_loss(
         kl_value = float(masked_sum(kl.detach(), mask)) / n
     loss = aggregate(aggregation, per_token, mask, normalizer)
     with torch.no_grad():
-        # A token is clipped when the clip is the active branch of the min().
-        adv = advantages.unsqueeze(-1)
-        clip_low = (ratio < 1.0 - eps_low) & (adv < 0)
-        clip_high = (ratio > 1.0 + eps_high) & (adv > 0)
+        clip_low, clip_high = clipped_tokens(ratio, advantages.unsqueeze(-1), eps_low, eps_high)
         return LossOutput(
             loss=loss,
             policy_loss=float(aggregate(aggregation, -surrogate.detach(), mask, normalizer)),

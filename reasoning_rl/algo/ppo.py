@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from reasoning_rl.algo.base import AlgoConfig, Algorithm, StepOutput
+from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
 from reasoning_rl.algo.gae import (
     clipped_value_loss,
     explained_variance,
@@ -47,10 +47,10 @@ from reasoning_rl.algo.gae import (
     whiten,
 )
 from reasoning_rl.algo.losses import (
-    LOSS_AGGREGATIONS,
     LossNormalizer,
     aggregate,
     clipped_surrogate,
+    clipped_tokens,
     kl_k1,
     kl_k3,
     masked_fill_padding,
@@ -74,7 +74,7 @@ CRITIC_BACKBONES: dict[str, Callable[[Any], Any]] = {
 
 
 @dataclass
-class PPOConfig(AlgoConfig):
+class PPOConfig(ClippedPolicyConfig):
     """PPO with a critic (``conf/algo/ppo.yaml``)."""
 
     name: str = "ppo"
@@ -89,10 +89,6 @@ class PPOConfig(AlgoConfig):
     """Discount over completion tokens (1 = the verifier's reward counts fully at every token)."""
     lam: float = 0.95
     """GAE's lambda: 1 = Monte Carlo returns minus V, 0 = one-step TD error."""
-    eps_low: float = 0.2
-    """Lower clip range of the policy ratio: 1 - eps_low."""
-    eps_high: float = 0.2
-    """Upper clip range of the policy ratio: 1 + eps_high."""
     value_clip: float = 0.2
     """c in clip(V, V_old - c, V_old + c) of the value loss (a large value switches clipping off)."""
     vf_coef: float = 0.5
@@ -103,12 +99,8 @@ class PPOConfig(AlgoConfig):
     value_head (a scalar head on the policy's own last hidden state, sharing its transformer)."""
     critic_learning_rate: float | None = None
     """AdamW learning rate of the critic's own parameters (null = algo.learning_rate)."""
-    num_iterations: int = 1
-    """PPO epochs: optimisation steps on each batch of rollouts (old log-probs and values kept)."""
     whiten_advantages: bool = True
     """Normalise the advantages to mean 0, std 1 over the batch's scorable tokens."""
-    loss_aggregation: str = "sequence_mean"
-    """How per-token losses become one: sequence_mean (paper), token_mean (DAPO) or constant (Dr. GRPO)."""
 
     def problems(self) -> list[str]:
         out = super().problems()
@@ -118,8 +110,6 @@ class PPOConfig(AlgoConfig):
             out.append(f"algo.beta must be >= 0, got {self.beta}")
         if not (0 <= self.gamma <= 1) or not (0 <= self.lam <= 1):
             out.append(f"need 0 <= algo.gamma <= 1 and 0 <= algo.lam <= 1, got {self.gamma}, {self.lam}")
-        if not (0 <= self.eps_low < 1) or self.eps_high < 0:
-            out.append(f"need 0 <= algo.eps_low < 1 and algo.eps_high >= 0, got {self.eps_low}, {self.eps_high}")
         if self.value_clip <= 0:
             out.append(f"algo.value_clip must be > 0, got {self.value_clip}")
         if self.vf_coef < 0:
@@ -128,11 +118,6 @@ class PPOConfig(AlgoConfig):
             out.append(f"algo.critic={self.critic!r} is unknown; choose one of {', '.join(CRITIC_BACKBONES)}")
         if self.critic_learning_rate is not None and self.critic_learning_rate < 0:
             out.append(f"algo.critic_learning_rate must be >= 0, got {self.critic_learning_rate}")
-        if self.num_iterations < 1:
-            out.append(f"algo.num_iterations must be >= 1, got {self.num_iterations}")
-        if self.loss_aggregation not in LOSS_AGGREGATIONS:
-            out.append(f"algo.loss_aggregation={self.loss_aggregation!r} is unknown; "
-                       f"choose one of {sorted(LOSS_AGGREGATIONS)}")
         return out
 
 
@@ -354,9 +339,9 @@ class PPO(Algorithm):
                 loss = policy_loss + a.vf_coef * value_loss
                 loss.backward()  # micro-batch losses add up to the batch loss: no re-weighting
                 with torch.no_grad():
-                    # A token is clipped when the clip is the active branch of the min().
-                    sums["clip_low"] += float(masked_sum(((ratio < 1.0 - a.eps_low) & (adv < 0)).float(), mask))
-                    sums["clip_high"] += float(masked_sum(((ratio > 1.0 + a.eps_high) & (adv > 0)).float(), mask))
+                    clip_low, clip_high = clipped_tokens(ratio, adv, a.eps_low, a.eps_high)
+                    sums["clip_low"] += float(masked_sum(clip_low.float(), mask))
+                    sums["clip_high"] += float(masked_sum(clip_high.float(), mask))
                     sums["clip_value"] += float(masked_sum(value_clipped.float(), value_mask))
                     sums["ratio"] += float(masked_sum(ratio, mask))
                     sums["entropy"] += float(masked_sum(entropy, mask))
