@@ -31,3 +31,58 @@ def tiny_config(steps: int = 4) -> TrainConfig:
 @pytest.fixture
 def small_cfg() -> TrainConfig:
     return tiny_config()
+
+
+def _train(cfg, run_dir):
+    from reasoning_rl.trainer import Trainer
+
+    trainer = Trainer(cfg, run_dir)
+    try:
+        return trainer, trainer.train()
+    finally:
+        trainer.close()
+
+
+@pytest.fixture
+def resume_matches_uninterrupted_run():
+    """``check(cfg, tmp_path)``: train 4 steps uninterrupted; train again, killed in step 3 (after
+    the step-2 checkpoint), then resumed; the resumed run must log the same metrics (timings
+    aside). Returns the uninterrupted run's metrics for further checks."""
+
+    def check(cfg, tmp_path):
+        from reasoning_rl.checkpoint import list_checkpoints
+        from reasoning_rl.metrics_log import read_metrics
+        from reasoning_rl.trainer import Trainer
+
+        _train(cfg, tmp_path / "full")
+
+        class Killed(Exception):
+            pass
+
+        trainer = Trainer(cfg, tmp_path / "killed")
+        update = trainer.algorithm.update
+
+        def dies_at_step_3(ro):
+            if trainer.step == 2:
+                raise Killed
+            return update(ro)
+
+        trainer.algorithm.update = dies_at_step_3
+        with pytest.raises(Killed):
+            trainer.train()
+        trainer.close()
+        assert [p.name for p in list_checkpoints(tmp_path / "killed")] == ["checkpoint-2"]
+
+        cfg.trainer.resume = True
+        _train(cfg, tmp_path / "killed")
+        full = read_metrics(tmp_path / "full" / "metrics.jsonl")
+        resumed = read_metrics(tmp_path / "killed" / "metrics.jsonl")
+        assert [m["step"] for m in resumed] == [1, 2, 3, 4]
+        for a, b in zip(full, resumed):
+            for key, value in a.items():
+                if key.startswith(("time/", "throughput/")) or value is None:
+                    continue
+                assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (a["step"], key)
+        return full
+
+    return check

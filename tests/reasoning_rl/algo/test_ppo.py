@@ -151,39 +151,11 @@ def test_end_to_end_logs_checkpoints_and_reloads(small_cfg, tmp_path, critic, gr
 
 
 @pytest.mark.parametrize("critic", ["separate", "value_head"])
-def test_resume_matches_uninterrupted_run(small_cfg, tmp_path, critic):
+def test_resume_matches_uninterrupted_run(small_cfg, tmp_path, critic, resume_matches_uninterrupted_run):
     cfg = _ppo_cfg(small_cfg, critic=critic, num_iterations=2)
     cfg.evaluation.enabled = False
-    _train(cfg, tmp_path / "full")
-
-    class Killed(Exception):
-        pass
-
-    trainer = Trainer(cfg, tmp_path / "killed")
-    update = trainer.algorithm.update
-
-    def dies_at_step_3(ro):
-        if trainer.step == 2:
-            raise Killed
-        return update(ro)
-
-    trainer.algorithm.update = dies_at_step_3
-    with pytest.raises(Killed):
-        trainer.train()
-    trainer.close()
-    assert [p.name for p in list_checkpoints(tmp_path / "killed")] == ["checkpoint-2"]
-
-    cfg.trainer.resume = True
-    _train(cfg, tmp_path / "killed")
-    full = read_metrics(tmp_path / "full" / "metrics.jsonl")
-    resumed = read_metrics(tmp_path / "killed" / "metrics.jsonl")
-    assert [m["step"] for m in resumed] == [1, 2, 3, 4]
+    full = resume_matches_uninterrupted_run(cfg, tmp_path)  # killed in step 3, resumed: same metrics
     assert any(abs(m["ratio/mean"] - 1.0) > 1e-6 for m in full)  # the second epoch moved off pi_old
-    for a, b in zip(full, resumed):
-        for key, value in a.items():
-            if key.startswith(("time/", "throughput/")) or value is None:
-                continue
-            assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (a["step"], key)
 
 
 def test_unscorable_rewards_get_zero_advantage_and_no_value_loss(small_cfg, tmp_path):
