@@ -9,16 +9,11 @@ The dataset definition ``reasoning_rl/tasks/definitions/arithmetic.yaml`` names
 
 from __future__ import annotations
 
-import hashlib
-import random
+from reasoning_rl.tasks.synthetic import check_split, draw, problem_split
+
+__all__ = ["OPERATIONS", "make_arithmetic_dataset", "problem_split"]
 
 OPERATIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
-
-
-def problem_split(question: str, test_fraction: float) -> str:
-    """``test`` for a stable ``test_fraction`` of questions (by hash), else ``train``."""
-    bucket = int(hashlib.sha256(question.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "test" if bucket < test_fraction else "train"
 
 
 def make_arithmetic_dataset(
@@ -37,8 +32,7 @@ def make_arithmetic_dataset(
     fewer problems than asked, it is cycled in a new random order, or, with ``cycle=False``
     (evaluation), every problem is returned once.
     """
-    if split not in ("train", "test"):
-        raise ValueError(f"arithmetic split must be 'train' or 'test', got {split!r}")
+    check_split("arithmetic", split)
     unknown = set(operations) - set(OPERATIONS)
     if unknown or not operations:
         raise ValueError(f"unknown arithmetic operations {sorted(unknown)}; choose from {''.join(OPERATIONS)}")
@@ -51,13 +45,5 @@ def make_arithmetic_dataset(
                     pool.append((f"arithmetic/{a}{op}{b}", question, str(OPERATIONS[op](a, b))))
     if not pool:
         raise ValueError(f"the arithmetic {split} split is empty; raise max_operand or test_fraction")
-    rng = random.Random(seed)
-    if not cycle:
-        num_examples = min(num_examples, len(pool))
-    rows: list[dict] = []
-    while len(rows) < num_examples:
-        order = pool[:]
-        rng.shuffle(order)
-        for problem_id, question, answer in order[: num_examples - len(rows)]:
-            rows.append({"id": problem_id, "question": question, "answer": answer})
-    return rows
+    return [{"id": problem_id, "question": question, "answer": answer}
+            for problem_id, question, answer in draw(pool, num_examples, seed, cycle)]
