@@ -16,6 +16,15 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.config import EvalConfig, register_configs
+from benchmarks.runner import CodeExecutionNotAllowed
+from reasoning_rl.tasks.data import TaskDataError
+from reasoning_rl.tasks.definition import DefinitionNotFoundError
+
+
+USER_ERRORS = (TaskDataError, DefinitionNotFoundError, FileNotFoundError, CodeExecutionNotAllowed)
+"""Errors of the input (unknown benchmark, missing or unreachable data or model, code execution not
+allowed): one line and exit code 2, no traceback. ``FileNotFoundError`` covers
+:class:`reasoning_rl.models.ModelNotAvailableError` (a hub model with no network)."""
 
 
 @hydra.main(version_base="1.3", config_path="pkg://reasoning_rl.conf", config_name="eval")
@@ -23,7 +32,11 @@ def _main(cfg: DictConfig) -> None:
     from benchmarks.runner import run
 
     config: EvalConfig = OmegaConf.to_object(cfg)  # typed and validated against the schema
-    run(config)
+    try:
+        run(config)
+    except USER_ERRORS as exc:
+        print(f"reasoning-rl-eval: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def model_alias(argv: list[str]) -> list[str]:

@@ -38,12 +38,9 @@ class LazyEngine:
 
 def load_tokenizer(model: str) -> Any:
     """The model's tokenizer alone (for prompts and the chat template); cheap next to the weights."""
-    from transformers import AutoTokenizer
+    from reasoning_rl.models import load_tokenizer as load
 
-    from reasoning_rl.models import local_model_path
-
-    path = local_model_path(model)
-    return AutoTokenizer.from_pretrained(str(path) if path is not None else model)
+    return load(model)
 
 
 def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "float32",

@@ -17,6 +17,9 @@ from typing import Any
 
 import torch
 
+from reasoning_rl.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
+from reasoning_rl.hub import first_line, hub_unreachable
+
 TINY = "tiny"
 """``ModelConfig.name_or_path`` value that selects the built-in tiny model."""
 
@@ -71,6 +74,9 @@ class ModelConfig:
     """Recompute activations in the backward pass (saves memory, costs ~30% time)."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Shape of the tiny model; ignored for other models."""
+    gguf: GGUFSourceConfig = field(default_factory=GGUFSourceConfig)
+    """A GGUF file inside an installed package (``gguf.package`` set): converted once into
+    ``<gguf.cache_dir>/<name_or_path>/`` and loaded from there (reasoning_rl.gguf_cache)."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -139,8 +145,9 @@ def load_model(cfg: ModelConfig) -> tuple[Any, Any]:
         model, tokenizer = build_tiny_model(cfg.tiny)
         model.to(device=resolve_device(cfg.device), dtype=resolve_dtype(cfg.dtype))
     else:
+        name = str(converted_folder(cfg.name_or_path, cfg.gguf)) if cfg.gguf.package else cfg.name_or_path
         model, tokenizer = load_pretrained(
-            cfg.name_or_path, device=cfg.device, dtype=cfg.dtype,
+            name, device=cfg.device, dtype=cfg.dtype,
             trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation,
         )
     if cfg.gradient_checkpointing:
@@ -166,6 +173,31 @@ def local_model_path(name_or_path: str) -> Path | None:
     return path
 
 
+OFFLINE_MODELS = ("an offline model: model=tiny (built in) or model=smollm2-135m (a packaged GGUF file; in evaluation "
+                  "its converted folder, docs/models.md)")
+
+
+def model_error(name_or_path: str, exc: BaseException) -> ModelNotAvailableError:
+    """One line for a model that cannot be loaded: the hub unreachable, or the library's own first line."""
+    if hub_unreachable(exc):
+        return ModelNotAvailableError(
+            f"cannot reach the hub for {name_or_path}: pass a local folder written by save_pretrained "
+            f"(model.name_or_path=<folder> in training, model=<folder> in evaluation), or use {OFFLINE_MODELS}")
+    return ModelNotAvailableError(f"could not load model {name_or_path!r}: {first_line(exc)}")
+
+
+def load_tokenizer(name_or_path: str, trust_remote_code: bool = False) -> Any:
+    """``AutoTokenizer`` for a hub name or a local folder; an unreachable hub is one clear line."""
+    from transformers import AutoTokenizer
+
+    path = local_model_path(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(str(path) if path is not None else name_or_path,
+                                             trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise model_error(name_or_path, exc) from exc
+
+
 def load_pretrained(
     name_or_path: str,
     device: str = "cpu",
@@ -176,9 +208,10 @@ def load_pretrained(
     """``AutoModelForCausalLM`` + ``AutoTokenizer`` from a hub name or a checkpoint folder.
 
     A local path that does not exist, or lacks a model, fails with a message saying
-    what was expected instead of a long hub-lookup traceback.
+    what was expected instead of a long hub-lookup traceback; so does a hub name when the
+    hub cannot be reached (:class:`ModelNotAvailableError`, one line).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     path = local_model_path(name_or_path)
     if path is not None and not (path / "config.json").exists():
@@ -189,15 +222,12 @@ def load_pretrained(
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype), "trust_remote_code": trust_remote_code}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
+    where = str(path) if path is not None else name_or_path
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path) if path is not None else name_or_path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(where, **kwargs)
     except (OSError, ValueError) as exc:
-        raise OSError(
-            f"could not load model {name_or_path!r}: {exc}\n"
-            "Offline machines need a local folder (or a populated HF cache); the built-in model is `tiny`."
-        ) from exc
-    tokenizer = AutoTokenizer.from_pretrained(str(path) if path is not None else name_or_path,
-                                              trust_remote_code=trust_remote_code)
+        raise model_error(name_or_path, exc) from exc
+    tokenizer = load_tokenizer(where, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reasoning_rl.hub import first_line, hub_unreachable
 from reasoning_rl.tasks.definition import DatasetDefinition, DatasetSource
 from reasoning_rl.tasks.extractors import EXTRACTORS, ReferenceExtractionError
 
@@ -160,12 +161,14 @@ def _hub_rows(definition: DatasetDefinition, split: str, source: DatasetSource) 
 
     try:
         ds = datasets.load_dataset(source.path, source.name, split=source.split)
-    except Exception as exc:  # re-raised with what to do; the cause stays attached
-        raise TaskDataError(
-            f"{definition.name!r} {_describe(definition, split)}: could not load {_hub_name(source)} from the hub: "
-            f"{exc}. Offline? Point data_dir at local copies "
-            "(task.data_dir= in training, data_dir= in evaluation)."
-        ) from exc
+    except Exception as exc:  # re-raised as one line saying what to do; the cause stays attached
+        local = f"<folder holding {source.local_file}>" if source.local_file else "<folder>"
+        fix = (f"pass data_dir={local} or data_files=<file> (training: task.data_dir=, "
+               f"+task.data_files.{split}=<file>)")
+        if hub_unreachable(exc):
+            raise TaskDataError(f"cannot reach the hub for {_hub_name(source)}: {fix}") from exc
+        raise TaskDataError(f"{definition.name!r} {_describe(definition, split)}: could not load "
+                            f"{_hub_name(source)} from the hub ({first_line(exc)}); {fix}") from exc
     return [dict(r) for r in ds]
 
 
