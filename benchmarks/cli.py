@@ -20,7 +20,6 @@ from benchmarks.runner import CodeExecutionNotAllowed
 from reasoning_rl.tasks.data import TaskDataError
 from reasoning_rl.tasks.definition import DefinitionNotFoundError
 
-
 USER_ERRORS = (TaskDataError, DefinitionNotFoundError, FileNotFoundError, CodeExecutionNotAllowed)
 """Errors of the input (unknown benchmark, missing or unreachable data or model, code execution not
 allowed): one line and exit code 2, no traceback. ``FileNotFoundError`` covers
