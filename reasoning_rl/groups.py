@@ -9,7 +9,8 @@ the reward is the task's composite reward (worker processes, hard timeouts), and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -31,6 +32,8 @@ class ScoredGroups:
     components: dict[str, BatchScores]
     """Each reward component's results (scores, extracted answers, ...)."""
     verifier_failures: dict[str, int]
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of the phases that produced these samples: ``generate`` and ``reward``."""
 
     @property
     def group_size(self) -> int:
@@ -43,7 +46,9 @@ class ScoredGroups:
 
 def sample_and_score(ctx: RunContext, examples: list[Example], n: int, seed: int) -> ScoredGroups:
     """``n`` completions per example from ``ctx.engine``, scored by ``ctx.reward``."""
+    t0 = time.perf_counter()
     groups = ctx.engine.generate([e.prompt for e in examples], n, ctx.sampling, seed=seed)
+    t1 = time.perf_counter()
     completions = [c for g in groups for c in g]
     refs = [e.reference for e in examples for _ in range(n)]
     fields = [{**e.fields, "num_completion_tokens": c.num_tokens} for e, g in zip(examples, groups) for c in g]
@@ -56,7 +61,8 @@ def sample_and_score(ctx: RunContext, examples: list[Example], n: int, seed: int
         "errors": sum(b.num_errors for b in scored.components.values()),
         "unscorable": sum(b.num_unscorable for b in scored.components.values()),
     }
-    return ScoredGroups(examples, completions, rewards, scored.components, failures)
+    seconds = {"generate": t1 - t0, "reward": time.perf_counter() - t1}
+    return ScoredGroups(examples, completions, rewards, scored.components, failures, seconds)
 
 
 def rollout_metrics(ro: ScoredGroups, accuracy_component: str) -> dict[str, float]:
@@ -130,4 +136,5 @@ def select_groups(parts: list[ScoredGroups], keep: list[tuple[int, int]]) -> Sco
         for key in parts[0].components
     }
     failures = {k: sum(pt.verifier_failures[k] for pt in parts) for k in parts[0].verifier_failures}
-    return ScoredGroups(examples, completions, rewards, components, failures)
+    seconds = {k: sum(pt.seconds.get(k, 0.0) for pt in parts) for k in parts[0].seconds}
+    return ScoredGroups(examples, completions, rewards, components, failures, seconds)

