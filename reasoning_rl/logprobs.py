@@ -104,7 +104,7 @@ def completion_logprobs(
     return logp, entropy
 
 
-def _cache_argument(model: Any) -> str:
+def cache_argument(model: Any) -> str:
     """transformers >= 5.2x takes the key/value cache as ``cache``; earlier versions as ``past_key_values``."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -142,7 +142,7 @@ def _shared_prompt_logits(
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     cache.batch_repeat_interleave(group_size)
     rest = model(input_ids=input_ids[:, p:-1], attention_mask=attention_mask[:, :-1], position_ids=position_ids[:, p:-1],
-                 use_cache=True, **{_cache_argument(model): cache}).logits  # [B, L-1, V]: predict tokens 1 .. L-1
+                 use_cache=True, **{cache_argument(model): cache}).logits  # [B, L-1, V]: predict tokens 1 .. L-1
     return torch.cat([first, rest], dim=1)
 
 
