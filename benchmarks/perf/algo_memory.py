@@ -1,6 +1,6 @@
 """Training memory of GRPO against PPO with a critic, measured side by side in one invocation.
 
-    reasoning-rl-bench memory                          # ~100M-parameter model, grpo vs ppo vs ppo value_head
+    reasoning-rl-bench memory                          # ~100M-parameter model: grpo, ppo, ppo value_head
     reasoning-rl-bench memory --size tiny --steps 3    # the built-in tiny model
     python -m benchmarks.perf.algo_memory --algos grpo ppo --completions 16
 
@@ -34,6 +34,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from benchmarks.perf.results import BenchResult, run_and_record
 
 # Model shapes (reasoning_rl.models.TinyModelConfig, Llama-style, character vocabulary).
 SIZES: dict[str, dict[str, int]] = {
@@ -128,7 +130,7 @@ def format_table(results: dict[str, dict[str, Any]], reference: str | None) -> s
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(argv: list[str]) -> BenchResult:
     p = argparse.ArgumentParser(prog="reasoning-rl-bench memory", description=__doc__.split("\n\n")[0])
     p.add_argument("--size", choices=sorted(SIZES), default="100m", help="model shape (default 100m)")
     p.add_argument("--algos", nargs="+", default=["grpo", "ppo", "ppo_value_head"], choices=sorted(ALGORITHMS))
@@ -138,12 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (0 = torch's default)")
-    p.add_argument("--worker", help=argparse.SUPPRESS)
-    p.add_argument("--run-dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.worker is not None:
-        print(json.dumps(worker(json.loads(args.worker), args.run_dir)))
-        return 0
+    settings = vars(args)
     results: dict[str, dict[str, Any]] = {}
     for algo in args.algos:
         ovr = overrides_for(algo, SIZES[args.size], args.completions, args.group_size, args.steps,
@@ -164,7 +162,17 @@ def main(argv: list[str] | None = None) -> int:
             fields.append(f"{algo}_vs_{reference}_rss_above_base="
                           f"{r['rss_above_baseline_gb'] / results[reference]['rss_above_baseline_gb']:.3f}")
     print("algo_memory " + " ".join(fields))
-    return 0
+    figures = {"params": params, "runs": results, "reference": reference}
+    return BenchResult(0, settings, figures)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--worker" in argv:  # one run, in the fresh interpreter ``run_one`` started
+        i = argv.index("--worker")
+        print(json.dumps(worker(json.loads(argv[i + 1]), argv[argv.index("--run-dir") + 1])))
+        return 0
+    return run_and_record("memory", run, argv)
 
 
 if __name__ == "__main__":
