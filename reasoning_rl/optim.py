@@ -29,9 +29,15 @@ def lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]:
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: AlgoConfig,
                     total_updates: int) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW with ``cfg``'s settings and a LambdaLR over ``total_updates`` optimiser steps."""
+    """AdamW with ``cfg``'s settings and a LambdaLR over ``total_updates`` optimiser steps.
+
+    The fused kernel (one pass over all parameters instead of a loop of small ops; the same
+    update up to float rounding) is used where torch has it: float parameters on CPU or CUDA.
+    Measured in docs/performance.md."""
+    params = list(params)
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                                  betas=(cfg.adam_beta1, cfg.adam_beta2))
+                                  betas=(cfg.adam_beta1, cfg.adam_beta2), fused=fused or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.lr_schedule, cfg.lr_warmup_steps,
                                                                        total_updates))
     return optimizer, scheduler
