@@ -29,7 +29,7 @@ from benchmarks.io import read_jsonl, write_json, write_jsonl
 from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k
 from reasoning_rl.tasks.data import Problem
 from reasoning_rl.tasks.definition import DatasetDefinition
-from reasoning_rl.tasks.scoring import grade, is_correct
+from reasoning_rl.tasks.scoring import extracted_answer, grade, is_correct
 
 RESULTS_FILE = "results.json"
 CACHE_FILE = "problems.jsonl"
@@ -238,16 +238,8 @@ def _is_correct(verdict: dict[str, Any]) -> bool:
     return is_correct(verdict["score"], verdict["status"])
 
 
-ANSWER_KEYS = ("pred", "extracted", "answer", "prediction")
-"""``info`` keys a verifier may use for the answer it extracted (used by maj@k)."""
-
-
 def _answer(verdict: dict[str, Any]) -> str | None:
-    info = verdict.get("info") or {}
-    for key in ANSWER_KEYS:
-        if info.get(key) not in (None, ""):
-            return str(info[key]).strip()
-    return None
+    return extracted_answer(verdict.get("info"))
 
 
 def _distinct_answer_pairs(records: Sequence[dict[str, Any]], k: int, cap: int = 12) -> list[tuple[str, str]]:

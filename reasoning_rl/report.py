@@ -58,6 +58,12 @@ class RunRecord:
     state_gb: float | None = None
     """Parameters + gradients + optimiser states of every model held (summary.json's memory)."""
     peak_rss_gb: float | None = None
+    pass_before: dict[str, float] = field(default_factory=dict)
+    """Held-out Pass@K before training, by K (``eval_before.json``'s ``pass@K``)."""
+    pass_after: dict[str, float] = field(default_factory=dict)
+    maj_before: dict[str, float] = field(default_factory=dict)
+    """Held-out Maj@K before training, by K."""
+    maj_after: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
     """Every config value, dotted (``algo.beta``), for plotting against."""
@@ -83,6 +89,13 @@ def _tail_mean(metrics: list[dict[str, Any]], key: str) -> float | None:
 def _setting(run_dir: Path) -> str:
     """The settings the sweep varies, as the CLI named the run's folder (``<setting>/seed=<N>/``)."""
     return run_dir.parent.name if run_dir.name.startswith("seed=") else run_dir.name
+
+
+def _at_k(evaluation: dict[str, Any], metric: str) -> dict[str, float]:
+    """``{"1": .., "2": ..}`` from an evaluation's ``<metric>@K`` entries, by increasing K."""
+    prefix = f"{metric}@"
+    values = {k[len(prefix):]: v for k, v in evaluation.items() if k.startswith(prefix) and k[len(prefix):].isdigit()}
+    return dict(sorted(values.items(), key=lambda kv: int(kv[0])))
 
 
 def _json(path: Path) -> dict[str, Any] | None:
@@ -121,6 +134,8 @@ def read_run(run_dir: Path, root: Path) -> RunRecord:
         tokens_per_s=sum(throughput) / len(throughput) if throughput else None,
         wall_s=wall, state_gb=((summary or {}).get("memory") or {}).get("state_gb"),
         peak_rss_gb=((summary or {}).get("memory") or {}).get("peak_rss_gb"),
+        pass_before=_at_k(before, "pass"), pass_after=_at_k(after, "pass"),
+        maj_before=_at_k(before, "maj"), maj_after=_at_k(after, "maj"),
         error=" ".join((status.get("error") or "").split())[:200] if label == "failed" else None,
         values=values,
     )
@@ -166,6 +181,81 @@ def format_table(runs: list[RunRecord]) -> str:
     lines.append("")
     lines.append(f"{len(runs)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     return "\n".join(lines)
+
+
+def _mean_curves(records: list[dict[str, float]]) -> dict[str, float]:
+    """Per K, the mean over the records that have it."""
+    ks = sorted({k for r in records for k in r}, key=int)
+    return {k: statistics.mean(r[k] for r in records if k in r) for k in ks}
+
+
+@dataclass
+class KCurves:
+    """Held-out Pass@K and Maj@K (by K) of one setting, means over its ``runs`` finished seeds."""
+
+    label: str
+    runs: int
+    pass_at: dict[str, float]
+    maj_at: dict[str, float]
+
+
+def pass_maj_curves(runs: list[RunRecord]) -> list[KCurves]:
+    """After training, one entry per setting; last, "before training": the policies the runs started
+    from (mean over every finished run)."""
+    done = [r for r in runs if r.status == "finished" and r.pass_after]
+    curves = []
+    for setting in sorted({r.setting for r in done}):
+        mine = [r for r in done if r.setting == setting]
+        curves.append(KCurves(setting, len(mine), _mean_curves([r.pass_after for r in mine]),
+                              _mean_curves([r.maj_after for r in mine])))
+    before = [r for r in done if r.pass_before]
+    if before:
+        curves.append(KCurves("before training", len(before), _mean_curves([r.pass_before for r in before]),
+                              _mean_curves([r.maj_before for r in before])))
+    return curves
+
+
+def format_k_table(runs: list[RunRecord]) -> str | None:
+    """Pass@K and Maj@K, one row per setting (None when no run measured them)."""
+    curves = pass_maj_curves(runs)
+    if not curves:
+        return None
+    ks = sorted({k for c in curves for k in c.pass_at}, key=int)
+    shown = [k for k in ks if int(k) in (1, 4, 16, 64) or k == ks[-1]]
+    head = " | ".join([f"Pass@{k}" for k in shown] + [f"Maj@{k}" for k in shown])
+    lines = [f"| setting | runs | {head} |", "|---|---|" + "---|" * (2 * len(shown))]
+    for c in curves:
+        cells = [_pct(c.pass_at.get(k)) for k in shown] + [_pct(c.maj_at.get(k)) for k in shown]
+        lines.append(f"| {c.label} | {c.runs} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_pass_maj(runs: list[RunRecord]) -> bytes | None:
+    """Held-out Pass@K (left) and Maj@K (right) against K, one line per setting, the policy before
+    training dashed (means over seeds)."""
+    curves = pass_maj_curves(runs)
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
+    for ax, metric, title in ((axes[0], "pass", "Pass@K"), (axes[1], "maj", "Maj@K")):
+        for c in curves:
+            values = c.pass_at if metric == "pass" else c.maj_at
+            style = {"color": "black", "linestyle": "--"} if c.label == "before training" else {"marker": "o"}
+            ax.plot([int(k) for k in values], list(values.values()), label=c.label, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("K (samples per problem)")
+        ax.set_title(f"held-out {title}")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("accuracy")
+    axes[1].legend(fontsize=8)
+    data = _png(fig)
+    plt.close(fig)
+    return data
 
 
 def _swept(runs: list[RunRecord], key: str) -> bool:
@@ -250,6 +340,9 @@ def write_report(sweep_dir: str | Path, x: str | None = None, series: str | None
         raise FileNotFoundError(f"no run folders (with a config.yaml from reasoning-rl-train) under {sweep_dir}")
     out = Path(out_dir) if out_dir else sweep_dir / "report"
     table = format_table(runs)
+    k_table = format_k_table(runs)
+    if k_table is not None:
+        table += "\n\nHeld-out Pass@K and Maj@K after training (means over seeds):\n\n" + k_table
     written = {"table": table, "runs": len(runs)}
     atomic_write_text(out / "report.md", f"# Sweep report: {sweep_dir}\n\n{table}\n")
     atomic_write_text(out / "runs.json", json.dumps([asdict(r) for r in runs], indent=2, default=str))
@@ -265,6 +358,10 @@ def write_report(sweep_dir: str | Path, x: str | None = None, series: str | None
     if curves is not None:
         atomic_write_bytes(out / "reward_curves.png", curves)
         written["reward_curves"] = str(out / "reward_curves.png")
+    k_plot = plot_pass_maj(runs)
+    if k_plot is not None:
+        atomic_write_bytes(out / "pass_maj_at_k.png", k_plot)
+        written["pass_maj_plot"] = str(out / "pass_maj_at_k.png")
     x = x or ("algo.beta" if _swept(runs, "algo.beta") else None)
     if series is None and _swept(runs, "algo.group_size") and x != "algo.group_size":
         series = "algo.group_size"

@@ -17,7 +17,8 @@ from importlib import import_module, metadata
 from reasoning_rl.algo.base import AlgoConfig, Algorithm
 
 ENTRY_POINT_GROUP = "reasoning_rl.algorithms"
-BUILTIN_MODULES = ("reasoning_rl.algo.grpo", "reasoning_rl.algo.ppo")
+BUILTIN_MODULES = ("reasoning_rl.algo.grpo", "reasoning_rl.algo.ppo", "reasoning_rl.algo.sft", "reasoning_rl.algo.rft",
+                   "reasoning_rl.algo.dpo")
 """Modules whose import registers the built-in algorithms."""
 
 

@@ -24,6 +24,19 @@ def is_correct(score: float | None, status: str = "ok") -> bool:
     return status == "ok" and score is not None and score >= CORRECT_AT
 
 
+ANSWER_KEYS = ("pred", "extracted", "answer", "prediction")
+"""``info`` keys a verifier may use for the answer it extracted (majority voting reads them)."""
+
+
+def extracted_answer(info: Mapping[str, Any] | None) -> str | None:
+    """The answer a verifier extracted from a completion (its ``info``), stripped; None when there is none."""
+    info = info or {}
+    for key in ANSWER_KEYS:
+        if info.get(key) not in (None, ""):
+            return str(info[key]).strip()
+    return None
+
+
 @dataclass(frozen=True)
 class Graded:
     """The verifier's results, in input order, and whether each sample is correct."""

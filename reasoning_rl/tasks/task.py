@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reasoning_rl.tasks.data import TaskDataError, load_problems, local_path
+from reasoning_rl.tasks.data import (
+    DatasetFieldError,
+    Problem,
+    TaskDataError,
+    load_problems,
+    local_path,
+    render,
+)
 from reasoning_rl.tasks.definition import DatasetDefinition, get_definition
 from reasoning_rl.tasks.prompts import build_prompt
 from rewards.compose import CompositeReward, RewardSpec
@@ -74,6 +81,9 @@ class Example:
     prompt: str
     reference: Any
     fields: dict[str, Any]
+    solution: str | None = None
+    """The dataset's own solution rendered as a completion (the definition's ``reference_completion``
+    template), the target of SFT; None when the row lacks a field the template needs."""
 
 
 class Task:
@@ -169,7 +179,17 @@ class Task:
             source_kwargs=self.cfg.source_kwargs if definition.name == self.definition.name else None,
             limit=self.cfg.max_train_examples if is_train else self.cfg.max_eval_examples, unique_ids=not is_train,
         )
-        return [Example(p.task_id, self.render_prompt(p.prompt, tokenizer), p.reference, p.fields) for p in problems]
+        return [Example(p.task_id, self.render_prompt(p.prompt, tokenizer), p.reference, p.fields,
+                        self._solution(definition, p)) for p in problems]
+
+    @staticmethod
+    def _solution(definition: DatasetDefinition, problem: Problem) -> str | None:
+        """The row's reference solution as a completion, or None when the row cannot fill the template."""
+        try:
+            return render(definition.reference_completion, {**problem.row, "reference": problem.reference},
+                          f"{definition.name} problem {problem.task_id!r}")
+        except DatasetFieldError:
+            return None
 
     def render_prompt(self, text: str, tokenizer: Any | None = None) -> str:
         """``text`` as the policy sees it: as a chat user turn when ``use_chat_template`` is on (the same

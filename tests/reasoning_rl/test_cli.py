@@ -97,7 +97,7 @@ def test_multirun_sweeps_beta_and_group_size(tmp_path):
 
 @pytest.mark.parametrize(("override", "expected"), [
     ("algo.group_size=1", "algo.group_size must be >= 2"),
-    ("algo.name=nope", "Known algorithms: grpo"),
+    ("algo.name=nope", "Known algorithms: dpo, grpo, ppo, rft, sft"),
     ("task.name=gsm9k", "Did you mean 'gsm8k'"),
 ])
 def test_bad_input_is_one_clear_message_not_a_traceback(tmp_path, override, expected):

@@ -143,3 +143,33 @@ def test_every_experiment_composes_validates_and_states_its_command(name):
 def test_report_of_an_empty_folder_is_a_clear_error(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 2
     assert "no run folders" in capsys.readouterr().err
+
+
+def _fake_run(run_dir, algo, seed, before, after):
+    """A finished run folder as reasoning-rl-train leaves it, with Pass@K / Maj@K evaluations."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"algo": {"name": algo}, "trainer": {"seed": seed,
+                                                                                          "steps": 2}}))
+    (run_dir / "status.json").write_text(json.dumps({"status": "finished", "wall_s": 1.0}))
+    (run_dir / "summary.json").write_text(json.dumps({"memory": {}}))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward/mean": 0.5}) + "\n" for s in (1, 2)))
+    for name, (p, m) in (("eval_before.json", before), ("eval_after.json", after)):
+        values = {"greedy_accuracy": p[0], **{f"pass@{k}": v for k, v in zip((1, 2, 4), p)},
+                  **{f"maj@{k}": v for k, v in zip((1, 2, 4), m)}}
+        (run_dir / name).write_text(json.dumps(values))
+
+
+def test_report_tables_and_plots_pass_and_maj_at_k_per_setting(tmp_path):
+    start = ((0.2, 0.4, 0.8), (0.2, 0.25, 0.3))
+    _fake_run(tmp_path / "algo=grpo" / "seed=0", "grpo", 0, start, ((0.5, 0.7, 0.8), (0.5, 0.6, 0.7)))
+    _fake_run(tmp_path / "algo=grpo" / "seed=1", "grpo", 1, start, ((0.3, 0.5, 0.6), (0.3, 0.4, 0.5)))
+    _fake_run(tmp_path / "algo=sft" / "seed=0", "sft", 0, start, ((0.9, 1.0, 1.0), (0.9, 0.9, 0.9)))
+    assert report.main([str(tmp_path)]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "| setting | runs | Pass@1 | Pass@4 | Maj@1 | Maj@4 |" in text
+    assert "| algo=grpo | 2 | 40.0% | 70.0% | 40.0% | 60.0% |" in text  # means over the two seeds
+    assert "| algo=sft | 1 | 90.0% | 100.0% | 90.0% | 90.0% |" in text
+    assert "| before training | 3 | 20.0% | 80.0% | 20.0% | 30.0% |" in text
+    assert (tmp_path / "report" / "pass_maj_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    records = json.loads((tmp_path / "report" / "runs.json").read_text())
+    assert records[0]["pass_after"] == {"1": 0.5, "2": 0.7, "4": 0.8}

@@ -1,0 +1,61 @@
+"""SFT on the task's reference solutions as an algorithm of the shared run loop
+(DeepSeekMath, arXiv 2402.03300, sec. 5.2.1: data source = the SFT dataset, GC = 1).
+
+One step, read top to bottom:
+
+    prompts      <- next prompts_per_step prompts of the task
+    targets      <- each prompt's reference solution (the definition's ``reference_completion``), then EOS
+    one AdamW step on  -1/N sum_i 1/|o_i| sum_t log pi_theta(o_it | q_i, o_i<t)
+
+Nothing is sampled: SFT is the baseline that sees the dataset's solutions instead of the
+policy's own attempts. ``algo=sft`` in ``experiment=unified_paradigm`` trains on as many
+sequences a step as GRPO samples (conf/recipe/sft_arithmetic_tiny.yaml).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from reasoning_rl.algo.base import AlgoConfig, StepOutput
+from reasoning_rl.algo.finetune import LikelihoodAlgorithm
+from reasoning_rl.algo.likelihood import sft_coefficients
+from reasoning_rl.algo.registry import register_algorithm
+
+
+@dataclass
+class SFTConfig(AlgoConfig):
+    """Supervised fine-tuning on reference solutions (``conf/algo/sft.yaml``)."""
+
+    name: str = "sft"
+    variant: str = "sft"
+    prompts_per_step: int = 64
+    """Reference solutions per optimisation step."""
+
+
+class MissingSolutionError(ValueError):
+    """A training row has no reference solution for SFT to imitate."""
+
+
+@register_algorithm("sft", SFTConfig)
+class SFT(LikelihoodAlgorithm):
+    label = "SFT"
+    cfg: SFTConfig
+
+    def setup(self, state: dict[str, Any] | None) -> None:
+        missing = [e.id for e in self.ctx.train_examples if e.solution is None]
+        if missing:
+            raise MissingSolutionError(
+                f"algo=sft needs a reference solution for every training row, but {len(missing)} rows "
+                f"(first: {missing[0]!r}) lack the fields of the dataset definition's reference_completion "
+                f"template; train on a split whose rows have them, or with an algorithm that samples (algo=rft)")
+        super().setup(state)
+
+    def step(self, step: int) -> StepOutput:
+        ctx = self.ctx
+        examples = [ctx.train_examples[i] for i in ctx.sampler.next(self.cfg.prompts_per_step)]
+        prompts = [ctx.tokenizer(e.prompt, add_special_tokens=False)["input_ids"] for e in examples]
+        targets = self.encode_targets([e.solution or "" for e in examples])
+        metrics = self.weighted_update(prompts, targets, sft_coefficients(len(targets)))
+        metrics["completion/length_mean"] = sum(len(t) for t in targets) / len(targets)
+        return StepOutput(metrics)
