@@ -60,7 +60,7 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
         def build() -> Any:
             return VLLMEngine(model, dtype="auto" if dtype == "float32" else dtype, seed=seed)
 
-        require_vllm()  # fail now, not after the cache check
+        require_vllm("backend=vllm")  # fail now, not after the cache check
     else:
         raise ValueError(f"unknown generation backend {backend!r}; expected 'hf' or 'vllm'")
     return LazyEngine(build), load_tokenizer(model)

@@ -8,6 +8,11 @@ Layout of a run folder::
 A checkpoint is written to ``<run>/.checkpoint-<step>.tmp`` and renamed into place
 only once complete, so a run killed mid-write never leaves a half checkpoint
 that ``resume`` would pick up.
+
+In a data-parallel run every rank calls :func:`save_checkpoint`; rank 0 alone writes (the
+ranks' models are identical: they apply the same summed gradients), the others wait at a
+barrier until the checkpoint is complete. The RNG state saved is rank 0's; sampling is
+reseeded every step from (seed, step, rank), so a resumed run samples as the original did.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from reasoning_rl import distributed
 from reasoning_rl.atomic import atomic_directory_write
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -44,17 +50,22 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any],
                     keep: int | None = None) -> Path:
-    """Write ``checkpoint-<step>`` atomically; keep only the ``keep`` newest."""
+    """Write ``checkpoint-<step>`` atomically; keep only the ``keep`` newest. With several ranks:
+    rank 0 writes, every rank returns only once the checkpoint is complete (barriers)."""
 
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
 
-    path = atomic_directory_write(Path(run_dir) / f"checkpoint-{step}", write)
-    if keep is not None and keep > 0:
-        for old in list_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(old)
+    path = Path(run_dir) / f"checkpoint-{step}"
+    distributed.barrier()  # every rank has finished the step (and no rank still reads an old checkpoint)
+    if distributed.is_main():
+        atomic_directory_write(path, write)
+        if keep is not None and keep > 0:
+            for old in list_checkpoints(run_dir)[:-keep]:
+                shutil.rmtree(old)
+    distributed.barrier()  # no rank goes on before the checkpoint is complete
     return path
 
 

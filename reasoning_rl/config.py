@@ -24,7 +24,8 @@ class RolloutConfig:
     """How completions are sampled and scored."""
 
     backend: str = "hf"
-    """hf (transformers generate) or vllm (optional extra, GPU)."""
+    """hf (transformers generate), native (our decode loop) or vllm (optional extra, GPU;
+    reasoning_rl/rollout_vllm.py, docs/scaling.md)."""
     temperature: float = 1.0
     """Sampling temperature (also applied to the training log-probs)."""
     top_p: float = 1.0
@@ -41,6 +42,24 @@ class RolloutConfig:
     """Hard wall-clock limit per verifier call, in seconds (the item is killed after it)."""
     reward_workers: int | None = None
     """Verifier worker processes (null = one per core; 0 = in-process, no timeout)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """backend=vllm: share of the GPU's memory vLLM may take (its weights + KV cache); the rest is the trainer's."""
+    vllm_sleep_mode: bool = True
+    """backend=vllm: put the engine to sleep while the trainer updates (frees its KV cache and, at
+    level 1, moves its weights to CPU memory); woken before the weight sync and generation."""
+    vllm_sleep_level: int = 1
+    """backend=vllm: 1 (weights kept in CPU memory) or 2 (weights dropped, reloaded from the trainer)."""
+    vllm_sync_timeout: float = 300.0
+    """backend=vllm: seconds a weight sync may take; longer stops the run with a TimeoutError."""
+    vllm_dtype: str = "auto"
+    """backend=vllm: the engine's dtype (auto = the model config's)."""
+    vllm_max_model_len: int | None = None
+    """backend=vllm: longest prompt + completion the engine plans its KV cache for (null = the model's)."""
+    vllm_enforce_eager: bool = False
+    """backend=vllm: no CUDA graphs (slower decoding, faster start, less memory)."""
+    vllm_check_logprobs: bool = True
+    """backend=vllm: compare the engine's log-probs of the sampled tokens with the trainer's every step
+    (one extra no-grad forward): rollout/logprob_mismatch_mean and _max."""
 
 
 @dataclass
@@ -140,6 +159,13 @@ def validate(cfg: TrainConfig) -> None:
         problems.append(f"rollout.temperature must be > 0 for sampling, got {cfg.rollout.temperature}")
     if cfg.trainer.steps < 0:
         problems.append(f"trainer.steps must be >= 0, got {cfg.trainer.steps}")
+    if cfg.rollout.backend not in ("hf", "native", "vllm"):
+        problems.append(f"rollout.backend={cfg.rollout.backend!r} is unknown; choose hf, native or vllm")
+    if not 0 < cfg.rollout.vllm_gpu_memory_utilization <= 1 or cfg.rollout.vllm_sleep_level not in (1, 2):
+        problems.append("need 0 < rollout.vllm_gpu_memory_utilization <= 1 and rollout.vllm_sleep_level 1 or 2, "
+                        f"got {cfg.rollout.vllm_gpu_memory_utilization}, {cfg.rollout.vllm_sleep_level}")
+    if cfg.rollout.vllm_sync_timeout <= 0:
+        problems.append(f"rollout.vllm_sync_timeout must be > 0 seconds, got {cfg.rollout.vllm_sync_timeout}")
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 

@@ -18,9 +18,15 @@ from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
 
 
 class MetricsLogger:
-    """Appends one JSON object per step to ``metrics.jsonl``; mirrors scalars to TensorBoard."""
+    """Appends one JSON object per step to ``metrics.jsonl``; mirrors scalars to TensorBoard.
+    ``enabled=False`` (data-parallel ranks other than 0) touches no file: every call is a no-op."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None,
+                 enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._tb = None
+        if not enabled:
+            return
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -39,6 +45,8 @@ class MetricsLogger:
                 self._tb = None
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if not self.enabled:
+            return
         record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
         with self.metrics_path.open("a") as f:
             f.write(json.dumps(record) + "\n")
@@ -48,6 +56,8 @@ class MetricsLogger:
                     self._tb.add_scalar(key, value, step)
 
     def log_completions(self, step: int, rows: Iterable[Mapping[str, Any]]) -> None:
+        if not self.enabled:
+            return
         with self.completions_path.open("a") as f:
             for row in rows:
                 f.write(json.dumps({"step": step, **{k: _plain(v) for k, v in row.items()}}, default=str) + "\n")

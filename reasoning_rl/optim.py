@@ -44,7 +44,16 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: AlgoConfig,
 
 
 def clip_and_measure(params: list[torch.nn.Parameter], max_norm: float) -> float:
-    """Global gradient norm before clipping; clips to ``max_norm`` when it is > 0."""
+    """Global gradient norm before clipping; clips to ``max_norm`` when it is > 0.
+
+    Data-parallel runs first sum the gradients over ranks (``reasoning_rl.distributed``): the
+    losses are divided by the global batch's denominators (``LossNormalizer.for_batch``), so
+    the sum is the single-process gradient, and every rank then measures, clips and steps on
+    the same numbers. Call it once per optimiser step on every rank."""
+    from reasoning_rl import distributed
+
+    params = list(params)
+    distributed.all_reduce_gradients(params)
     if max_norm > 0:
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     return float(torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params if p.grad is not None)))

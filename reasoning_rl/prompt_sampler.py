@@ -1,8 +1,15 @@
-"""Which training examples each step sees: a seeded permutation per epoch, resumable."""
+"""Which training examples each step sees: a seeded permutation per epoch, resumable.
+
+In a data-parallel run every rank walks the same permutation and draws the same global batch;
+:meth:`PromptSampler.next` returns this rank's contiguous shard of it. Every rank's position
+therefore advances identically, so the state rank 0 checkpoints resumes every rank exactly.
+"""
 
 from __future__ import annotations
 
 import random
+
+from reasoning_rl import distributed
 
 
 class PromptSampler:
@@ -22,6 +29,13 @@ class PromptSampler:
         return order
 
     def next(self, k: int) -> list[int]:
+        """The next ``k`` examples of the global order, or this rank's ``k / world_size`` of them
+        in a data-parallel run (``k`` must then be a multiple of the number of ranks)."""
+        start, end = distributed.shard_bounds(k, "prompts per step (algo.prompts_per_step)")
+        return self.next_global(k)[start:end]
+
+    def next_global(self, k: int) -> list[int]:
+        """The next ``k`` examples of the global order (every rank's, whatever the world size)."""
         out = []
         for _ in range(k):
             if self.position == self.num_examples:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
 from reasoning_rl.atomic import atomic_directory_write
 from reasoning_rl.models import load_pretrained
@@ -24,7 +25,8 @@ def frozen_reference(ctx: RunContext) -> Any:
         ref, _ = load_pretrained(str(ref_dir), device=ctx.cfg.model.device, dtype=ctx.cfg.model.dtype)
     else:
         ref = copy.deepcopy(ctx.model)
-        atomic_directory_write(ref_dir, lambda tmp: (ref.save_pretrained(tmp), ctx.tokenizer.save_pretrained(tmp)))
+        if distributed.is_main():  # data-parallel: one writer (every rank holds the same policy)
+            atomic_directory_write(ref_dir, lambda tmp: (ref.save_pretrained(tmp), ctx.tokenizer.save_pretrained(tmp)))
     return ref.eval().requires_grad_(False)
 
 
@@ -32,5 +34,6 @@ def reset_reference(ctx: RunContext, ref: Any) -> None:
     """Iterative GRPO (DeepSeekMath sec. 4.1.3): pi_ref <- the current policy, saved again so a
     resumed run continues with the same reference."""
     ref.load_state_dict(ctx.model.state_dict())
-    atomic_directory_write(ctx.run_dir / "reference", lambda tmp: (ref.save_pretrained(tmp),
-                                                                   ctx.tokenizer.save_pretrained(tmp)))
+    if distributed.is_main():
+        atomic_directory_write(ctx.run_dir / "reference", lambda tmp: (ref.save_pretrained(tmp),
+                                                                       ctx.tokenizer.save_pretrained(tmp)))

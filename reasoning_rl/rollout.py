@@ -2,8 +2,14 @@
 
 An engine turns ``prompts`` into ``n`` completions each. Training and evaluation
 use the same engines. This module holds the Hugging Face ``generate`` backend (any
-causal LM, CPU or GPU); a vLLM backend plugs in behind the same ``generate``
+causal LM, CPU or GPU) and our decode loop over the same model; the vLLM training
+backend (``reasoning_rl/rollout_vllm.py``) plugs in behind the same ``generate``
 signature (see :func:`make_engine`).
+
+Every engine knows the policy version it samples from (``policy_version``: the number of
+RL steps whose update produced the weights) and tags each completion with it; the run loop
+calls ``update_policy(model, version)`` after every step. The HF engines sample from the
+trainer's own model object, so for them that call only records the version.
 
 Completions keep their token ids as sampled, so the trainer scores exactly the
 tokens the policy produced (re-tokenising decoded text can change them). A
@@ -47,6 +53,11 @@ class Completion:
     token_ids: list[int]
     finish_reason: FinishReason
     prompt_token_ids: list[int] = field(default_factory=list)
+    policy_version: int | None = None
+    """The policy version that sampled it (RL steps behind the weights; None = not tracked)."""
+    logprobs: list[float] | None = None
+    """The engine's own log-prob of each sampled token, when it reports them (vLLM); the trainer
+    recomputes its own for the loss and only compares the two."""
 
     @property
     def num_tokens(self) -> int:
@@ -68,16 +79,29 @@ class HFEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.policy_version = 0
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token (e.g. to the EOS token)")
+
+    def update_policy(self, model: Any, version: int) -> None:
+        """The trainer's weights changed (``version`` RL steps done). This engine samples from
+        that very model object, so there is nothing to copy: only the version is recorded."""
+        self.policy_version = version
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Engine measurements since the last call, for the step's metrics (none here)."""
+        return {}
 
     @torch.no_grad()
     def generate(
         self, prompts: Sequence[str], n: int, sampling: SamplingConfig, seed: int | None = None
     ) -> list[list[Completion]]:
         """``n`` completions for each prompt, grouped per prompt, in prompt order."""
+        from reasoning_rl.distributed import rank_seed
+
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
+        seed = rank_seed(seed)  # data-parallel ranks draw independent samples; rank 0 keeps ``seed``
         if seed is not None:
             torch.manual_seed(seed)
         was_training = self.model.training
@@ -129,7 +153,8 @@ class HFEngine:
         if sampling.stop:
             ids, text, stopped = _cut_at_stop(ids, text, sampling.stop, self.tokenizer)
             reason = "stop" if stopped else reason
-        return Completion(text=text, token_ids=ids, finish_reason=reason, prompt_token_ids=prompt_ids)
+        return Completion(text=text, token_ids=ids, finish_reason=reason, prompt_token_ids=prompt_ids,
+                          policy_version=self.policy_version)
 
 
 class NativeEngine(HFEngine):
@@ -203,10 +228,12 @@ def _cut_at_stop(ids: list[int], text: str, stops: list[str], tokenizer: Any) ->
 
 class VLLMEngine:
     """vLLM offline engine (GPU) behind the same ``generate`` signature, loading weights from a
-    checkpoint folder or hub name; used by evaluation."""
+    checkpoint folder or hub name; used by evaluation (``reasoning-rl-eval backend=vllm``).
+    Training rollouts use :class:`reasoning_rl.rollout_vllm.VLLMRolloutEngine` instead, which
+    also takes the trainer's new weights in place after every step."""
 
     def __init__(self, name_or_path: str, dtype: str = "auto", seed: int = 0, **llm_options: Any) -> None:
-        require_vllm()
+        require_vllm("backend=vllm")
         from vllm import LLM
 
         self.llm = LLM(model=name_or_path, dtype=dtype, seed=seed, **llm_options)
@@ -228,39 +255,45 @@ class VLLMEngine:
         outputs = self.llm.generate(list(prompts), params, use_tqdm=False)
         return [
             [Completion(text=o.text, token_ids=list(o.token_ids),
-                        finish_reason="length" if o.finish_reason == "length" else "stop")
+                        finish_reason="length" if o.finish_reason == "length" else "stop",
+                        prompt_token_ids=list(out.prompt_token_ids or []))
              for o in out.outputs]
             for out in outputs
         ]
 
 
-def require_vllm() -> None:
-    """Fail with an install hint when the optional vLLM extra is missing."""
+def vllm_available() -> bool:
+    """True when the vllm package can be imported (it is never imported just to answer this)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def require_vllm(setting: str = "rollout.backend=vllm") -> None:
+    """Fail with one install hint when the optional vLLM extra is missing."""
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            "backend=vllm needs the vllm package, which is not installed: "
-            "pip install 'reasoning-rl[vllm]' on a CUDA machine, or use backend=hf"
+            f"{setting} needs the vllm extra, which is not installed: "
+            "pip install 'reasoning-rl[vllm]' on a GPU machine (or use the hf backend)"
         ) from exc
 
 
-def make_engine(backend: str, model: Any, tokenizer: Any, **options: Any) -> RolloutEngine:
-    """Training rollout engine for an in-memory policy: ``hf`` (transformers generate) or
-    ``native`` (:class:`NativeEngine`, our decode loop: same distribution, less per-token work).
-
-    vLLM serves evaluation from saved weights (:class:`VLLMEngine`); training rollouts with
-    vLLM also need the policy's weights pushed into the engine after every update, which
-    is not built yet, so ``rollout.backend=vllm`` is refused with that reason.
-    """
+def make_engine(backend: str, model: Any, tokenizer: Any, batch_size: int = 64, rollout: Any = None,
+                workdir: Any = None, seed: int = 0) -> RolloutEngine:
+    """Training rollout engine for an in-memory policy: ``hf`` (transformers generate),
+    ``native`` (:class:`NativeEngine`, our decode loop: same distribution, less per-token work) or
+    ``vllm`` (:class:`reasoning_rl.rollout_vllm.VLLMRolloutEngine`, colocated on the trainer's GPU,
+    built from ``rollout``'s ``vllm_*`` settings; ``workdir`` holds the config it starts from)."""
     if backend == "hf":
-        return HFEngine(model, tokenizer, **options)
+        return HFEngine(model, tokenizer, batch_size=batch_size)
     if backend == "native":
-        return NativeEngine(model, tokenizer, **options)
+        return NativeEngine(model, tokenizer, batch_size=batch_size)
     if backend == "vllm":
-        require_vllm()
-        raise ValueError(
-            "rollout.backend=vllm for training needs policy-weight syncing into vLLM, which reasoning-rl "
-            "does not have yet; use rollout.backend=hf (vLLM works for evaluation: reasoning-rl-eval backend=vllm)"
-        )
+        from reasoning_rl.rollout_vllm import VLLMRolloutEngine
+
+        if rollout is None or workdir is None:
+            raise ValueError("rollout.backend=vllm needs the rollout settings and a work folder")
+        return VLLMRolloutEngine.colocated(model, tokenizer, rollout, workdir, seed=seed)
     raise ValueError(f"unknown rollout backend {backend!r}; expected 'hf', 'native' or 'vllm'")

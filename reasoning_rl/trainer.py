@@ -10,6 +10,11 @@
 
 What differs between algorithms (extra models, optimiser, the step itself) lives in
 their modules (``reasoning_rl/algo/grpo.py``); everything here is the same for all.
+
+Data-parallel (``torchrun --nproc_per_node N``; reasoning_rl.distributed): every rank runs this
+loop on its shard of each step's prompts; the step's metrics are combined over ranks; rank 0
+alone writes the run folder (config, metrics, completions of every rank, checkpoints, summary,
+plot) and runs the held-out evaluation while the other ranks wait at a barrier.
 """
 
 from __future__ import annotations
@@ -26,16 +31,17 @@ import numpy as np
 import torch
 
 from reasoning_rl import checkpoint as ckpt
+from reasoning_rl import distributed
 from reasoning_rl.algo.base import Algorithm, RunContext
 from reasoning_rl.algo.registry import get_algorithm
 from reasoning_rl.atomic import atomic_write_text
-from reasoning_rl.config import TrainConfig, validate
+from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.heldout import evaluate_heldout
 from reasoning_rl.memory import memory_report
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics
 from reasoning_rl.models import load_model, load_pretrained
 from reasoning_rl.prompt_sampler import PromptSampler
-from reasoning_rl.rollout import SamplingConfig, make_engine
+from reasoning_rl.rollout import HFEngine, SamplingConfig, make_engine
 from reasoning_rl.tasks import Task
 from reasoning_rl.warmstart import supervised_warm_start
 from rewards.pool import WorkerPool
@@ -55,8 +61,10 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, run_dir: str | Path) -> None:
         validate(cfg)
         entry = get_algorithm(cfg.algo.name)
+        self._owns_process_group = distributed.init_from_env()
+        check_world_size(cfg, distributed.world_size())
         self.cfg = cfg
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(distributed.broadcast_object(str(run_dir)))  # rank 0's folder on every rank
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if cfg.trainer.num_threads:
             torch.set_num_threads(cfg.trainer.num_threads)
@@ -68,7 +76,8 @@ class Trainer:
             temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
             max_new_tokens=cfg.rollout.max_new_tokens, stop=list(cfg.rollout.stop),
         )
-        self.resume_from = ckpt.latest_checkpoint(self.run_dir) if cfg.trainer.resume else None
+        latest = ckpt.latest_checkpoint(self.run_dir) if cfg.trainer.resume else None
+        self.resume_from = distributed.broadcast_object(latest)  # one decision for every rank
         if cfg.trainer.resume and self.resume_from is None:
             log.warning("trainer.resume=true but %s holds no complete checkpoint; starting fresh", self.run_dir)
         if self.resume_from is not None:
@@ -77,7 +86,8 @@ class Trainer:
         else:
             self.model, self.tokenizer = load_model(cfg.model)
         self.device = next(self.model.parameters()).device
-        self.engine = make_engine(cfg.rollout.backend, self.model, self.tokenizer, batch_size=cfg.rollout.batch_size)
+        self.engine = make_engine(cfg.rollout.backend, self.model, self.tokenizer, batch_size=cfg.rollout.batch_size,
+                                  rollout=cfg.rollout, workdir=self.run_dir / ".vllm", seed=cfg.trainer.seed)
         self.train_examples = self.task.examples(self.task.train_split, self.tokenizer)
         eval_split = self.task.eval_split
         self.eval_examples = (
@@ -100,8 +110,12 @@ class Trainer:
             return None
         log.info("[warm start] supervised phase on the task's references (target probe accuracy %.2f)",
                  w.stop_at_accuracy)
+        # The probe samples the model as it trains; an engine with its own copy of the weights
+        # (vLLM) would probe stale ones, so the warm start probes with transformers' generate.
+        probe_engine = self.engine if isinstance(self.engine, HFEngine) else HFEngine(
+            self.model, self.tokenizer, batch_size=self.cfg.rollout.batch_size)
         result = supervised_warm_start(
-            self.model, self.tokenizer, self.engine, self.train_examples, w, self.reward, self.sampling,
+            self.model, self.tokenizer, probe_engine, self.train_examples, w, self.reward, self.sampling,
             seed=self.cfg.trainer.seed, timeout=self.cfg.rollout.reward_timeout, pool=self.pool,
         )
         log.info("[warm start] stopped after %d steps at probe accuracy %.3f", result.steps, result.probe_accuracy)
@@ -110,47 +124,67 @@ class Trainer:
     def _setup_algorithm(self) -> None:
         """The algorithm's models and optimiser; on resume, its state, the data position and the RNGs."""
         state = ckpt.load_trainer_state(self.resume_from) if self.resume_from is not None else None
+        distributed.broadcast_parameters(self.model)  # every rank starts from rank 0's weights
         self.algorithm.setup(state)
         if state is not None:
             self.sampler.load_state_dict(state["sampler"])
             self.step = state["step"]
             ckpt.set_rng_state(state["rng"])
             log.info("resumed from %s at step %d", self.resume_from, self.step)
+        self._sync_engine()  # the engine samples from the weights RL starts with (warm start, resume)
+
+    def _sync_engine(self) -> None:
+        """Hand the engine the current weights and the policy version (RL steps done)."""
+        update = getattr(self.engine, "update_policy", None)
+        if update is not None:
+            update(self.model, self.step)
 
     # -- the loop ---------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         cfg = self.cfg
-        atomic_write_text(self.run_dir / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
+        main = distributed.is_main()
+        if main:
+            atomic_write_text(self.run_dir / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "algorithm": cfg.algo.name,
-                                   "variant": cfg.algo.variant, "label": self.algorithm.label}
+                                   "variant": cfg.algo.variant, "label": self.algorithm.label,
+                                   "world_size": distributed.world_size()}
         warm = self._warm_start()
         if warm is not None:
             summary["warm_start"] = warm
         self._setup_algorithm()
         # A fresh start keeps no metrics of an earlier attempt in this folder; a resumed run
         # drops those written after its checkpoint, so the log has each step once.
-        logger = MetricsLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=self.step)
+        logger = MetricsLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=self.step,
+                               enabled=main)
         before_path = self.run_dir / "eval_before.json"
-        if self.eval_examples and (self.resume_from is None or not before_path.exists()):
+        # Decided on rank 0 (the one that writes the file) so that every rank meets the same barriers.
+        if distributed.broadcast_object(bool(self.eval_examples) and (self.resume_from is None
+                                                                      or not before_path.exists())):
             before = self.evaluate()
-            atomic_write_text(before_path, json.dumps(before, indent=2))
-            log.info("[eval before %s] %s", self.algorithm.label, before)
-        progress = _progress(cfg.trainer.progress_bar, cfg.trainer.steps, self.step, self.algorithm.label)
+            if main:
+                atomic_write_text(before_path, json.dumps(before, indent=2))
+                log.info("[eval before %s] %s", self.algorithm.label, before)
+        progress = _progress(cfg.trainer.progress_bar and main, cfg.trainer.steps, self.step, self.algorithm.label)
         try:
             while self.step < cfg.trainer.steps:
+                version = self.step  # the policy that samples this step's rollouts
                 t0 = time.perf_counter()
                 out = self.algorithm.step(self.step)
-                elapsed = time.perf_counter() - t0
                 self.step += 1
-                metrics = dict(out.metrics)
-                metrics["time/step"] = elapsed
+                self._sync_engine()  # the new weights into the engine, in place
+                elapsed = time.perf_counter() - t0
+                metrics = {**out.metrics, **_engine_metrics(self.engine), "rollout/policy_version": version,
+                           "time/step": elapsed}
+                metrics = distributed.reduce_metrics(metrics)  # over ranks (docs/metrics.md)
                 if "completion/tokens" in metrics:
                     metrics["throughput/completion_tokens_per_s"] = metrics["completion/tokens"] / max(elapsed, 1e-9)
                 if cfg.evaluation.every and self.eval_examples and self.step % cfg.evaluation.every == 0:
                     metrics.update({f"eval/{k}": v for k, v in self.evaluate().items()})
                 logger.log(self.step, metrics)
-                if cfg.trainer.log_completions and out.completions:
-                    logger.log_completions(self.step, out.completions)
+                if cfg.trainer.log_completions:
+                    rows = distributed.gather_lists([self._tag(row, version) for row in out.completions])
+                    if rows:
+                        logger.log_completions(self.step, rows)
                 if cfg.trainer.save_every and self.step % cfg.trainer.save_every == 0 and self.step < cfg.trainer.steps:
                     self.save()
                 if progress is not None:
@@ -168,24 +202,42 @@ class Trainer:
         summary["final_checkpoint"] = str(final)
         if self.eval_examples:
             after = self.evaluate()
-            atomic_write_text(self.run_dir / "eval_after.json", json.dumps(after, indent=2))
-            summary["eval_before"] = json.loads(before_path.read_text())
-            summary["eval_after"] = after
-        plot = plot_training_curves(read_metrics(self.run_dir / "metrics.jsonl"), self.run_dir / "reward_curve.png")
-        summary["plot"] = str(plot) if plot else None
-        atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+            if main:
+                atomic_write_text(self.run_dir / "eval_after.json", json.dumps(after, indent=2))
+                summary["eval_before"] = json.loads(before_path.read_text())
+                summary["eval_after"] = after
+        if main:
+            plot = plot_training_curves(read_metrics(self.run_dir / "metrics.jsonl"),
+                                        self.run_dir / "reward_curve.png")
+            summary["plot"] = str(plot) if plot else None
+            atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        distributed.barrier()  # no rank returns before rank 0 has written the summary
         return summary
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out greedy and sampled accuracy of the current policy (reasoning_rl.heldout)."""
+        """Held-out greedy and sampled accuracy of the current policy (reasoning_rl.heldout).
+        Data-parallel: rank 0 evaluates on all held-out problems, the other ranks wait and get {}."""
+        if not distributed.is_main():
+            distributed.barrier()
+            return {}
         result = evaluate_heldout(self.engine, self.eval_examples, self.reward, self.sampling,
                                   self.cfg.evaluation.samples_per_problem, seed=self.cfg.trainer.seed,
                                   timeout=self.cfg.rollout.reward_timeout, pool=self.pool)
         self.model.train()
+        distributed.barrier()
         return result.as_dict()
 
+    @staticmethod
+    def _tag(row: dict[str, Any], version: int) -> dict[str, Any]:
+        """A completions.jsonl row with the policy version that sampled it (and its rank when there are several)."""
+        tagged = {**row, "policy_version": version}
+        if distributed.is_distributed():
+            tagged["rank"] = distributed.rank()
+        return tagged
+
     def save(self) -> Path:
-        """``checkpoint-<step>``: the policy, and what resuming needs (algorithm state, data position)."""
+        """``checkpoint-<step>``: the policy, and what resuming needs (algorithm state, data position).
+        Every rank calls it; rank 0 writes, the others wait until it is complete (reasoning_rl.checkpoint)."""
         state = {**self.algorithm.state_dict(), "sampler": self.sampler.state_dict()}
         return ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state,
                                     keep=self.cfg.trainer.keep_checkpoints)
@@ -193,6 +245,23 @@ class Trainer:
     def close(self) -> None:
         self.algorithm.close()
         self.pool.close()
+        if self._owns_process_group:
+            distributed.shutdown()
+
+
+def check_world_size(cfg: TrainConfig, world_size: int) -> None:
+    """Each rank takes ``prompts_per_step / world_size`` whole prompts (groups are never split)."""
+    k = cfg.algo.prompts_per_step
+    if world_size > 1 and k % world_size:
+        raise ConfigError(f"algo.prompts_per_step={k} cannot be split evenly over {world_size} ranks: set it to a "
+                          f"multiple of {world_size} (e.g. {world_size * max(1, round(k / world_size))}) or launch a "
+                          f"number of processes that divides {k}")
+
+
+def _engine_metrics(engine: Any) -> dict[str, float]:
+    """What the engine measured during the step (vLLM: sync time, log-prob mismatch); {} for the others."""
+    pop = getattr(engine, "pop_metrics", None)
+    return pop() if pop is not None else {}
 
 
 def _progress(enabled: bool, total: int, initial: int, label: str):

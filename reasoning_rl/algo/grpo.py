@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from reasoning_rl import distributed
 from reasoning_rl.algo.advantages import (
     ADVANTAGE_ESTIMATORS,
     STD_MODES,
@@ -166,16 +167,19 @@ class GRPO(Algorithm):
         prompts (at most ``dynamic_sampling_max_rounds`` rounds) until the batch is full. Steps that
         still fall short train on the informative groups they have."""
         a, ctx = self.cfg, self.ctx
+        target = len(first.examples)  # prompts_per_step (this rank's share of it when data-parallel)
         parts = [first]
         keep = [(0, int(g)) for g in informative_groups(first.rewards).nonzero().flatten()]
         rounds = 0
-        while len(keep) < a.prompts_per_step and rounds < a.dynamic_sampling_max_rounds:
+        # One decision for all ranks (any rank short -> every rank samples a round), so every
+        # rank's prompt sampler advances alike and the collectives stay in step.
+        while rounds < a.dynamic_sampling_max_rounds and distributed.any_rank(len(keep) < target):
             rounds += 1
             examples = [ctx.train_examples[i] for i in ctx.sampler.next(a.prompts_per_step)]
             part = sample_and_score(ctx, examples, a.group_size, seed=seed + 7_919 * rounds)
             parts.append(part)
             keep += [(len(parts) - 1, int(g)) for g in informative_groups(part.rewards).nonzero().flatten()]
-        keep = keep[: a.prompts_per_step]
+        keep = keep[:target]
         sampled = sum(len(p.completions) for p in parts)
         if not keep:  # nothing informative at all: train on the first round (zero policy gradient, KL only)
             keep = [(0, g) for g in range(len(first.examples))]
@@ -212,6 +216,7 @@ class GRPO(Algorithm):
         seconds = {"logprobs": time.perf_counter() - t_start, "policy": 0.0, "optimizer": 0.0}
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses).
         norm = LossNormalizer.for_batch([len(c) for c in comps], max_tokens=ctx.sampling.max_new_tokens)
+        local_tokens = max(1, sum(len(c) for c in comps))  # this rank's (= norm.num_tokens in one process)
         token_stats = ("kl", "clip_low", "clip_high", "ratio", "entropy")
         totals = {k: 0.0 for k in ("loss", "policy", "grad_norm", *token_stats)}
         params = list(model.parameters())
@@ -234,8 +239,9 @@ class GRPO(Algorithm):
                 out.loss.backward()  # micro-batch losses add up to the batch loss: no re-weighting
                 totals["loss"] += float(out.loss.detach())
                 totals["policy"] += out.policy_loss
-                # Token means of the micro-batch, weighted by its tokens -> token means of the batch.
-                share = out.num_tokens / norm.num_tokens
+                # Token means of the micro-batch, weighted by its tokens -> token means of this
+                # rank's batch (reasoning_rl.distributed combines the ranks', weighted by tokens).
+                share = out.num_tokens / local_tokens
                 for key, value in (("kl", out.kl), ("clip_low", out.clip_low_fraction),
                                    ("clip_high", out.clip_high_fraction), ("ratio", out.ratio_mean),
                                    ("entropy", float((entropy * mask).sum()) / out.num_tokens)):

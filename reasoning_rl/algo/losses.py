@@ -107,6 +107,9 @@ class LossNormalizer:
 
     ``num_sequences`` (N) and ``num_tokens`` (sum_i |o_i|) count the whole batch, not a
     micro-batch; ``max_tokens`` is Dr. GRPO's constant (the longest completion allowed).
+    In a data-parallel run the batch is the GLOBAL one (every rank's shard): each rank's
+    loss is then its share of the global loss, and summing the ranks' gradients
+    (``reasoning_rl.optim.clip_and_measure``) gives the single-process gradient.
     """
 
     num_sequences: float
@@ -115,9 +118,12 @@ class LossNormalizer:
 
     @classmethod
     def for_batch(cls, completion_lengths: Sequence[int], max_tokens: float = 1.0) -> LossNormalizer:
-        """From the token counts of every completion in the batch."""
-        return cls(num_sequences=float(len(completion_lengths)),
-                   num_tokens=float(max(1, sum(completion_lengths))), max_tokens=float(max_tokens))
+        """From the token counts of every completion in the batch; with several ranks the counts
+        are summed over ranks (one all-reduce; every rank must call this for each batch)."""
+        from reasoning_rl import distributed
+
+        n, tokens = distributed.sum_floats([float(len(completion_lengths)), float(sum(completion_lengths))])
+        return cls(num_sequences=n, num_tokens=float(max(1.0, tokens)), max_tokens=float(max_tokens))
 
     @classmethod
     def for_mask(cls, mask: torch.Tensor, max_tokens: float = 1.0) -> LossNormalizer:
