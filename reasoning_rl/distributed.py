@@ -232,10 +232,11 @@ def combine_metrics(per_rank: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             continue
         values = [float(v) for v, _ in pairs]
         op = metric_reduction(key)
+        integral = all(isinstance(v, int) for v, _ in pairs)  # counts and versions stay integers
         if op == "sum":
-            out[key] = sum(values)
+            out[key] = int(sum(values)) if integral else sum(values)
         elif op == "max":
-            out[key] = max(values)
+            out[key] = int(max(values)) if integral else max(values)
         elif op == "token_mean" and sum(w for _, w in pairs) > 0:
             out[key] = sum(v * w for v, (_, w) in zip(values, pairs)) / sum(w for _, w in pairs)
         else:

@@ -1,0 +1,161 @@
+"""Data-parallel training (reasoning_rl.distributed): two gloo processes on the CPU give the
+single-process update, rank 0 alone writes checkpoints, resume is exact; the pure parts
+(metric reductions, sharding, the world-size check) on hand-made inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reasoning_rl import distributed
+from reasoning_rl.algo.losses import LossNormalizer
+from reasoning_rl.checkpoint import STATE_FILE, list_checkpoints
+from reasoning_rl.config import ConfigError, TrainConfig
+from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.optim import clip_and_measure
+from reasoning_rl.prompt_sampler import PromptSampler
+from reasoning_rl.trainer import check_world_size
+
+WORKER = Path(__file__).with_name("dist_worker.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(world: int, out: Path, run: Path, steps: int, resume: bool = False) -> subprocess.Popen:
+    out.mkdir(parents=True, exist_ok=True)
+    args = [str(WORKER), str(out), str(run), str(steps), *(["resume"] if resume else [])]
+    if world == 1:
+        cmd = [sys.executable, *args]
+    else:
+        torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not on PATH")
+        cmd = [torchrun, "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
+               "--master_port", str(_free_port()), *args]
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait(proc: subprocess.Popen) -> None:
+    output, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, output[-4000:]
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_give_the_single_process_update_write_once_and_resume(tmp_path):
+    """Same global prompts, same completions (a fixed engine: dist_worker.FixedEngine), so the
+    runs must agree: the gradient each optimiser step applies (summed over ranks, clipped on the
+    global norm; 0.05 here, so the pre-clip norm in the metrics is compared too), the logged
+    global metrics, the final weights. Rank 0 alone writes checkpoints, slowly (0.3 s each):
+    rank 1 finds every one complete when save() returns, so it waited at the barrier."""
+    single = _launch(1, tmp_path / "out1", tmp_path / "run1", steps=3)
+    _wait(_launch(2, tmp_path / "out2", tmp_path / "run2", steps=2))
+    _wait(_launch(2, tmp_path / "out3", tmp_path / "run2", steps=3, resume=True))  # continue the 2-rank run
+    _wait(single)
+    one = torch.load(tmp_path / "out1" / "rank0.pt")
+    two = [torch.load(tmp_path / "out2" / f"rank{r}.pt") for r in (0, 1)]
+    resumed = [torch.load(tmp_path / "out3" / f"rank{r}.pt") for r in (0, 1)]
+    assert one["world_size"] == 1 and two[0]["world_size"] == 2
+
+    # The update: steps 1-2 of the 2-rank run, then step 3 after its resume, against one process.
+    applied = [*two[0]["grads"], *resumed[0]["grads"]]
+    assert len(applied) == len(one["grads"]) == 3
+    for step, (g2, g1) in enumerate(zip(applied, one["grads"]), start=1):
+        assert g1.abs().max() > 0, step
+        torch.testing.assert_close(g2, g1, rtol=1e-4, atol=1e-7, msg=f"step {step}")
+    for r0, r1 in zip([*two[0]["grads"], *resumed[0]["grads"]], [*two[1]["grads"], *resumed[1]["grads"]]):
+        assert torch.equal(r0, r1)  # both ranks step on the same all-reduced gradient
+    torch.testing.assert_close(resumed[0]["params"], one["params"], rtol=1e-5, atol=1e-6)
+    assert torch.equal(resumed[0]["params"], resumed[1]["params"])
+
+    # Global metrics (rank 0 logs the ranks' combined values; docs/metrics.md).
+    m1, m2 = read_metrics(tmp_path / "run1" / "metrics.jsonl"), read_metrics(tmp_path / "run2" / "metrics.jsonl")
+    assert [m["step"] for m in m2] == [1, 2, 3]
+    for a, b in zip(m1, m2):
+        for key in ("grad/norm", "loss/total", "loss/policy", "kl/mean", "entropy/mean", "reward/mean",
+                    "completion/tokens", "rollout/policy_version"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), (a["step"], key)
+    rows = [json.loads(line) for line in (tmp_path / "run2" / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 * 4 * 4 and {r["rank"] for r in rows} == {0, 1}  # every rank's samples, once
+    assert [r["policy_version"] for r in rows[::16]] == [0, 1, 2]
+
+    # Checkpoints: written by rank 0 only, complete when any rank's save() returned, nothing half-written.
+    assert two[0]["writes"] == ["checkpoint-1", "checkpoint-2"] and two[1]["writes"] == []
+    assert resumed[0]["writes"] == ["checkpoint-3"] and resumed[1]["writes"] == []
+    assert all(two[1]["seen_complete"]) and all(resumed[1]["seen_complete"]) and len(two[1]["seen_complete"]) == 2
+    assert [p.name for p in list_checkpoints(tmp_path / "run2")] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    assert not [p for p in (tmp_path / "run2").iterdir() if p.name.endswith((".tmp", ".old"))]
+    state = torch.load(tmp_path / "run2" / "checkpoint-3" / STATE_FILE, weights_only=False)
+    assert state["step"] == 3 and state["sampler"] == {"epoch": 0, "position": 12}
+
+
+# -- the pure parts ---------------------------------------------------------------------------------
+
+def test_metrics_are_summed_maxed_token_weighted_or_averaged_by_their_key():
+    rank0 = {"loss/total": 0.25, "completion/tokens": 30, "completion/length_max": 7, "time/step": 1.0,
+             "kl/mean": 0.1, "reward/mean": 0.5, "grad/norm": 2.0, "verifier/timeouts": 1, "reward/std": float("nan")}
+    rank1 = {"loss/total": -0.05, "completion/tokens": 10, "completion/length_max": 9, "time/step": 1.5,
+             "kl/mean": 0.5, "reward/mean": 0.25, "grad/norm": 2.0, "verifier/timeouts": 0, "reward/std": 0.4}
+    out = distributed.combine_metrics([rank0, rank1])
+    assert out["loss/total"] == pytest.approx(0.20)        # shares of one global loss: 0.25 - 0.05
+    assert out["completion/tokens"] == 40 and isinstance(out["completion/tokens"], int)
+    assert out["verifier/timeouts"] == 1
+    assert out["completion/length_max"] == 9 and out["time/step"] == 1.5  # the slowest rank
+    assert out["kl/mean"] == pytest.approx(0.2)            # (0.1 * 30 + 0.5 * 10) / 40
+    assert out["reward/mean"] == pytest.approx(0.375)      # equal shards: the plain mean
+    assert out["grad/norm"] == 2.0                         # the same on every rank
+    assert out["reward/std"] == pytest.approx(0.4)         # non-finite values are left out
+
+
+def test_each_rank_gets_its_shard_of_the_same_global_draw(monkeypatch):
+    draws = {}
+    for r in (0, 1):
+        monkeypatch.setattr(distributed, "world_size", lambda: 2)
+        monkeypatch.setattr(distributed, "rank", lambda r=r: r)
+        sampler = PromptSampler(10, seed=3)
+        draws[r] = [sampler.next(4), sampler.next(4)]
+        assert sampler.state_dict() == {"epoch": 0, "position": 8}  # every rank advances by the global 4
+    monkeypatch.undo()
+    whole = PromptSampler(10, seed=3)
+    for k in range(2):
+        assert draws[0][k] + draws[1][k] == whole.next(4)
+
+
+def test_a_batch_that_does_not_split_over_the_ranks_says_what_to_do(monkeypatch):
+    cfg = TrainConfig()
+    cfg.algo.prompts_per_step = 6
+    check_world_size(cfg, 2)
+    with pytest.raises(ConfigError, match=r"algo.prompts_per_step=6 cannot be split evenly over 4 ranks.*multiple of 4"):
+        check_world_size(cfg, 4)
+    monkeypatch.setattr(distributed, "world_size", lambda: 4)
+    with pytest.raises(ValueError, match="cannot be split evenly over 4 ranks"):
+        PromptSampler(10, seed=0).next(6)
+
+
+def test_a_single_process_makes_no_collective_calls(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.distributed called in a single process")
+
+    for name in ("all_reduce", "broadcast", "barrier", "all_gather_object", "broadcast_object_list"):
+        monkeypatch.setattr(torch.distributed, name, refuse)
+    norm = LossNormalizer.for_batch([3, 0, 5], max_tokens=8)
+    assert (norm.num_sequences, norm.num_tokens, norm.max_tokens) == (3.0, 8.0, 8.0)
+    p = torch.nn.Parameter(torch.zeros(2))
+    p.grad = torch.tensor([3.0, 4.0])
+    assert clip_and_measure([p], 0.0) == pytest.approx(5.0)
+    assert distributed.reduce_metrics({"loss/total": 1.0}) == {"loss/total": 1.0}
+    assert distributed.rank_seed(7) == 7 and distributed.is_main()
+    distributed.barrier()
