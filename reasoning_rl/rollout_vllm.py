@@ -161,19 +161,20 @@ class VLLMRolloutEngine:
     """Training rollouts with vLLM, the trainer's weights loaded in place after every step.
 
     Build it with :meth:`colocated` (starts vLLM) or directly around an ``llm`` object (tests pass
-    a fake one). ``trainer_model`` is the policy being trained: its weights are the ones synced,
+    a fake one, and a stand-in for ``vllm.SamplingParams`` as ``sampling_params``). ``trainer_model`` is the policy being trained: its weights are the ones synced,
     and its log-probs are compared with the engine's when ``check_logprobs`` is on."""
 
     SYNC_SETTING = "rollout.vllm_sync_timeout"
 
     def __init__(self, llm: Any, tokenizer: Any, trainer_model: Any, *, sync_timeout: float = 300.0,
                  sleep_mode: bool = False, sleep_level: int = 1, check_logprobs: bool = True,
-                 micro_batch: int = 32) -> None:
+                 micro_batch: int = 32, sampling_params: Callable[..., Any] | None = None) -> None:
         if sleep_level not in (1, 2):
             raise ValueError(f"rollout.vllm_sleep_level must be 1 or 2, got {sleep_level}")
         self.llm, self.tokenizer, self.trainer_model = llm, tokenizer, trainer_model
         self.sync_timeout, self.sleep_mode, self.sleep_level = sync_timeout, sleep_mode, sleep_level
         self.check_logprobs, self.micro_batch = check_logprobs, micro_batch
+        self._sampling_params = sampling_params  # vllm.SamplingParams unless given (tests)
         self.policy_version = 0
         self.asleep = False
         self._load = weight_loader(llm)
@@ -251,11 +252,13 @@ class VLLMRolloutEngine:
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
                  seed: int | None = None) -> list[list[Completion]]:
         """``n`` completions for each prompt, grouped per prompt, tagged with the policy version."""
-        from vllm import SamplingParams
-
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        params = SamplingParams(**self.sampling_params(n, sampling, distributed.rank_seed(seed)))
+        if self._sampling_params is None:
+            from vllm import SamplingParams
+
+            self._sampling_params = SamplingParams
+        params = self._sampling_params(**self.sampling_params(n, sampling, distributed.rank_seed(seed)))
         prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         self._wake()
         try:
