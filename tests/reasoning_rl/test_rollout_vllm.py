@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
+import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -297,3 +298,30 @@ def test_real_vllm_training_run(small_cfg, tmp_path):
     metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [m["rollout/policy_version"] for m in metrics] == [0, 1]
     assert all(m["rollout/logprob_mismatch_mean"] < 0.05 for m in metrics)
+
+
+# -- reasoning-rl-bench gpu: the parts a CPU can run ------------------------------------------------
+
+def test_gpu_bench_runs_its_training_path_on_the_cpu(tmp_path):
+    from benchmarks.bench import main
+
+    path = tmp_path / "bench.jsonl"
+    assert main(["gpu", "--device", "cpu", "--backend", "auto", "--hidden", "64", "--layers", "1", "--steps", "2",
+                 "--prompts-per-step", "2", "--group", "2", "--max-new", "3", "--results", str(path)]) == 0
+    record = json.loads(path.read_text().splitlines()[-1])
+    figures = record["figures"]
+    assert figures["backend"] == "hf" and figures["steps"] == 2 and figures["policy_versions"] == [0, 1]
+    assert figures["generation_tokens_per_s"] > 0 and figures["step_s_median"] > 0
+
+
+def test_gpu_bench_figures_by_hand():
+    from benchmarks.perf.gpu_smoke import figures_of, resolve_backend
+
+    rows = [{"completion/tokens": 100, "time/generate": 0.5, "time/step": 1.0, "rollout/policy_version": 0},
+            {"completion/tokens": 300, "time/generate": 1.5, "time/step": 3.0, "rollout/policy_version": 1,
+             "time/weight_sync": 0.2, "rollout/logprob_mismatch_mean": 0.01}]
+    out = figures_of(rows, "vllm")
+    assert out["generation_tokens_per_s"] == pytest.approx(200.0)  # 400 tokens / 2 s
+    assert out["step_s_median"] == 2.0 and out["weight_sync_s_mean"] == 0.2
+    assert out["logprob_mismatch_mean_last"] == 0.01 and out["policy_versions"] == [0, 1]
+    assert resolve_backend("auto", "cpu") == "hf" and resolve_backend("vllm", "cpu") == "vllm"
