@@ -60,8 +60,9 @@ class EvalConfig:
     seed: int = 0
     """Sampling seed (problem i of a chunk starting at s uses seed + s)."""
 
-    backend: str = "hf"
-    """Generation backend: ``hf`` (transformers ``generate``) or ``vllm`` (needs the vllm extra)."""
+    backend: str = "auto"
+    """Generation backend: ``auto`` (vllm when the vllm extra is installed and a GPU is there, else hf),
+    ``hf`` (transformers ``generate``) or ``vllm`` (needs the vllm extra)."""
     device: str = "auto"
     """``auto``, ``cpu``, ``cuda``..."""
     dtype: str = "float32"

@@ -43,12 +43,26 @@ def load_tokenizer(model: str) -> Any:
     return load(model)
 
 
+def resolve_backend(backend: str, device: str = "auto") -> str:
+    """``auto`` -> ``vllm`` when the vllm extra is installed and generation runs on a CUDA GPU, else ``hf``."""
+    if backend != "auto":
+        return backend
+    import torch
+
+    from reasoning_rl.rollout import vllm_available
+
+    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return "vllm" if on_cuda and vllm_available() else "hf"
+
+
 def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "float32",
                 batch_size: int = 16, seed: int = 0) -> tuple[LazyEngine, Any]:
-    """``(engine, tokenizer)`` for ``model`` (checkpoint folder or hub name) on ``backend``.
+    """``(engine, tokenizer)`` for ``model`` (checkpoint folder or hub name) on ``backend``
+    (``auto``: :func:`resolve_backend`).
 
     The engine loads the weights when it is first asked to generate.
     """
+    backend = resolve_backend(backend, device)
     if backend == "hf":
         def build() -> Any:
             from reasoning_rl.models import load_pretrained, resolve_device
@@ -62,5 +76,5 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
 
         require_vllm("backend=vllm")  # fail now, not after the cache check
     else:
-        raise ValueError(f"unknown generation backend {backend!r}; expected 'hf' or 'vllm'")
+        raise ValueError(f"unknown generation backend {backend!r}; expected 'auto', 'hf' or 'vllm'")
     return LazyEngine(build), load_tokenizer(model)

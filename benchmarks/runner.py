@@ -136,7 +136,7 @@ class Evaluator:
 
     def run_model(self, spec: DatasetDefinition, engine: Any, tokenizer: Any, model: str, out: Path,
                   step: int | None = None) -> dict[str, Any]:
-        from benchmarks.generation import sampling_config
+        from benchmarks.generation import resolve_backend, sampling_config
         from reasoning_rl.tasks.prompts import build_prompt, fewshot_pairs
 
         cfg = self.cfg
@@ -148,7 +148,7 @@ class Evaluator:
                                    () if use_chat else spec.stop)
         settings = {"model": str(model), "benchmark": spec.key, "n": cfg.n, "sampling": dataclasses.asdict(sampling),
                     "chat_template": use_chat, "system_prompt": cfg.system_prompt, "num_fewshot": cfg.num_fewshot,
-                    "seed": cfg.seed, "backend": cfg.backend}
+                    "seed": cfg.seed, "backend": resolve_backend(cfg.backend, cfg.device)}
         source = EngineSource(
             engine=engine, sampling=sampling, n=cfg.n, seed=cfg.seed, settings=settings,
             build_prompt=lambda p: build_prompt(p.prompt, shots, tokenizer, use_chat, cfg.system_prompt),
