@@ -211,8 +211,8 @@ class Trainer:
                                         self.run_dir / "reward_curve.png")
             summary["plot"] = str(plot) if plot else None
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
-        distributed.barrier()  # no rank returns before rank 0 has written the summary
-        return summary
+        # Every rank returns rank 0's summary (written, with evaluation and plot), once it is on disk.
+        return distributed.broadcast_object(summary)
 
     def evaluate(self) -> dict[str, float]:
         """Held-out greedy and sampled accuracy of the current policy (reasoning_rl.heldout).
