@@ -34,7 +34,7 @@ from reasoning_rl.algo.base import AlgoConfig, StepOutput
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
 from reasoning_rl.algo.likelihood import dpo_coefficients, dpo_loss, dpo_margin, sequence_logprob
 from reasoning_rl.algo.losses import LossNormalizer
-from reasoning_rl.algo.offline import Group, offline_samples
+from reasoning_rl.algo.offline import Group, offline_samples, rank_file
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.rft import offline_metrics
 from reasoning_rl.atomic import atomic_write_text
@@ -99,7 +99,7 @@ class DPO(LikelihoodAlgorithm):
     def setup(self, state: dict[str, Any] | None) -> None:
         super().setup(state)
         ctx = self.ctx
-        path = ctx.run_dir / PAIRS_FILE
+        path = ctx.run_dir / rank_file(PAIRS_FILE)
         self.offline = offline_samples(ctx, self.cfg.prompts_per_step, self.cfg.group_size)
         if ctx.resumed:
             if not path.exists():

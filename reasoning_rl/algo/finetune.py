@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from reasoning_rl import distributed
 from reasoning_rl.algo.base import Algorithm
 from reasoning_rl.algo.likelihood import weighted_nll
 from reasoning_rl.algo.losses import LossNormalizer
@@ -52,6 +53,8 @@ class LikelihoodAlgorithm(Algorithm):
         """Clip, step AdamW and the schedule. Without a backpropagated loss every gradient is None,
         and AdamW leaves parameters without a gradient untouched (no momentum-only move)."""
         params = list(self.ctx.model.parameters())
+        # Data-parallel: a rank without a loss still joins the gradient sum when another has one.
+        losses_backpropagated = distributed.any_rank(losses_backpropagated)
         grad_norm = clip_and_measure(params, self.cfg.max_grad_norm) if losses_backpropagated else 0.0
         self.optimizer.step()
         self.scheduler.step()

@@ -9,7 +9,9 @@ algorithm is set up (after the warm start: the run's pi_sft), with the same prom
 and the same sampling seed per slot as an online algorithm's step.
 
 The set is written to ``<run>/offline_samples.jsonl`` (atomically, once complete), so a
-resumed run trains on the same data instead of sampling its current policy.
+resumed run trains on the same data instead of sampling its current policy. In a
+data-parallel run each rank samples its shard of every slot's prompts and keeps it in
+``offline_samples.rank<r>.jsonl``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.groups import ScoredGroups, sample_and_score
@@ -29,6 +32,15 @@ from reasoning_rl.tasks.scoring import is_correct
 log = logging.getLogger(__name__)
 
 FILE_NAME = "offline_samples.jsonl"
+
+
+def rank_file(name: str) -> str:
+    """``name`` in a single process; ``<stem>.rank<r><suffix>`` in a data-parallel run, where each
+    rank samples and keeps its own shard of the prompts (reasoning_rl.distributed)."""
+    if distributed.world_size() == 1:
+        return name
+    stem, _, suffix = name.rpartition(".")
+    return f"{stem}.rank{distributed.rank()}.{suffix}"
 
 
 @dataclass
@@ -108,7 +120,7 @@ def groups_of(scored: ScoredGroups, example_indices: list[int], accuracy_key: st
 def offline_samples(ctx: RunContext, prompts_per_step: int, n: int) -> OfflineSamples:
     """The run's offline set: read from the run folder when resuming, else sampled now from the
     current policy (``trainer.steps`` slots) and saved."""
-    path = ctx.run_dir / FILE_NAME
+    path = ctx.run_dir / rank_file(FILE_NAME)
     if ctx.resumed:
         if not path.exists():
             raise FileNotFoundError(f"cannot resume algo={ctx.cfg.algo.variant}: its samples of the initial policy "

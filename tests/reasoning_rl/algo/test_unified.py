@@ -283,3 +283,14 @@ def test_dpo_starts_at_log2_with_reference_logprobs_of_the_initial_policy(small_
     # Then DPO orders the pairs: the chosen completions gain on the rejected ones.
     assert metrics[-1]["dpo/margin_mean"] > 0
     assert trainer.algorithm.held_models() == []  # no reference model held during training
+
+
+def test_offline_files_are_per_rank_in_a_data_parallel_run(monkeypatch):
+    from reasoning_rl import distributed
+    from reasoning_rl.algo.offline import rank_file
+
+    assert rank_file("offline_samples.jsonl") == "offline_samples.jsonl"
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "rank", lambda: 1)
+    assert rank_file("offline_samples.jsonl") == "offline_samples.rank1.jsonl"
+    assert rank_file("dpo_pairs.jsonl") == "dpo_pairs.rank1.jsonl"
