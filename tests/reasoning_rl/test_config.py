@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
 
 from reasoning_rl.algo.grpo import GRPOConfig
 from reasoning_rl.cli import to_train_config
@@ -95,7 +96,12 @@ def test_every_recipe_is_composed_for_the_combination_it_names(name):
         value = cfg[group]
         for part in key.split("."):
             value = value[part]
-        assert value == pytest.approx(recipe[group][key]) if isinstance(value, float) else value == recipe[group][key]
+        want = recipe[group][key]
+        if isinstance(want, list):  # e.g. task.rewards: each listed item's keys, in order, over the schema's defaults
+            got = OmegaConf.to_container(value)
+            assert len(got) == len(want) and all({k: g[k] for k in w} == w for g, w in zip(got, want)), (leaf, got)
+            continue
+        assert value == pytest.approx(want) if isinstance(value, float) else value == want
 
 
 def test_the_default_run_composes_its_recipe():

@@ -41,6 +41,18 @@ def _sweep(sweep_dir, *overrides):
     )
 
 
+def _run_table_rows(report_md: str) -> list[str]:
+    """The rows of the report's first table (one per run); later tables summarise settings."""
+    lines = report_md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| setting | seed |"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return rows
+
+
 @pytest.mark.slow
 def test_sweep_layout_failures_report_and_relaunch(tmp_path):
     sweep = tmp_path / "sweep"
@@ -71,8 +83,7 @@ def test_sweep_layout_failures_report_and_relaunch(tmp_path):
     (killed / "status.json").write_text(json.dumps({**status, "status": "running"}))
 
     assert report.main([str(sweep)]) == 0
-    table = (sweep / "report" / "report.md").read_text()
-    rows = [line for line in table.splitlines() if line.startswith("| algo.")]
+    rows = _run_table_rows((sweep / "report" / "report.md").read_text())
     assert len(rows) == 6
     assert sum("| finished |" in r for r in rows) == 3
     assert sum("| incomplete |" in r for r in rows) == 1 and "| 2/3 |" in next(r for r in rows if "incomplete" in r)
@@ -90,7 +101,7 @@ def test_sweep_layout_failures_report_and_relaunch(tmp_path):
     assert [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     assert json.loads((killed / "status.json").read_text())["status"] == "finished"
     assert report.main([str(sweep)]) == 0
-    rows = [line for line in (sweep / "report" / "report.md").read_text().splitlines() if line.startswith("| algo.")]
+    rows = _run_table_rows((sweep / "report" / "report.md").read_text())
     assert sum("| finished |" in r for r in rows) == 4
 
 
