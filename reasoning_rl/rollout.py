@@ -163,34 +163,62 @@ class NativeEngine(HFEngine):
 
     The prompt is run once (prefill, with the positions of left-padded rows counted from each
     row's first real token, as ``generate`` does), then one forward per new token against the
-    key/value cache. What ``generate`` re-does every step is done once here: the attention mask
-    is one preallocated ``[B, P + T]`` tensor, sliced per step; every step's position ids are one
-    ``[B, T]`` tensor; there are no logits processors, stopping-criteria objects or per-step
-    ``model_kwargs`` updates. Sampling is in the loop with the same semantics (logits / T, the
-    top-k then top-p support of :func:`reasoning_rl.logprobs.sampling_support`, one multinomial
-    draw from the renormalised softmax; greedy = argmax), and the loop stops as soon as every row
-    has produced EOS. Runs under ``torch.inference_mode``.
+    key/value cache. For Llama and Qwen2 models that forward is :class:`reasoning_rl.decode.LeanDecoder`
+    (a few tensor ops per layer on the model's own parameters, a preallocated cache, RoPE's
+    cos/sin for all positions computed once); any other model runs its own modules, with what
+    ``generate`` re-does every step done once (one preallocated ``[B, P + T]`` attention mask,
+    sliced per step; every step's position ids as one ``[B, T]`` tensor). Neither path has logits
+    processors, stopping-criteria objects or per-step ``model_kwargs`` updates. Sampling is in
+    the loop with ``generate``'s semantics (logits / T, the top-k then top-p support of
+    :func:`reasoning_rl.logprobs.sampling_support`, one multinomial draw from the renormalised
+    softmax; greedy = argmax), and the loop stops as soon as every row has produced EOS. Runs
+    under ``torch.inference_mode``. ``lean=False`` forces the module path.
     """
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, lean: bool = True) -> None:
+        super().__init__(model, tokenizer, batch_size)
+        self.lean = lean
+        self._decoder: Any = None
+        self._decoder_weights: tuple[tuple[int, int], ...] = ()
+
+    def lean_decoder(self) -> Any:
+        """The :class:`reasoning_rl.decode.LeanDecoder` of the current weights (None when the model
+        is not one it runs). Its fused weights are copies, so it is rebuilt when a parameter was
+        replaced or changed in place since (tensor ``_version`` counters, bumped by every in-place
+        update such as an optimiser step); evaluation's many calls on fixed weights reuse one."""
+        from reasoning_rl.decode import LeanDecoder, lean_decoder_support
+
+        if not self.lean or lean_decoder_support(self.model) is not None:
+            return None
+        weights = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        if self._decoder is None or weights != self._decoder_weights:
+            self._decoder, self._decoder_weights = None, ()  # free the old copies first
+            self._decoder, self._decoder_weights = LeanDecoder(self.model), weights
+        return self._decoder
 
     @torch.inference_mode()
     def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingConfig,
                 generate_kwargs: dict[str, Any]) -> torch.Tensor:
-        from reasoning_rl.logprobs import cache_argument, sampling_support
-
-        b, p = input_ids.shape
-        steps = sampling.max_new_tokens
+        b, steps = input_ids.shape[0], sampling.max_new_tokens
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        mask = torch.ones(b, p + steps, dtype=attention_mask.dtype, device=input_ids.device)  # [B, P+T]
-        mask[:, :p] = attention_mask
-        prompt_positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
-        new_positions = attention_mask.sum(-1, keepdim=True) + torch.arange(steps, device=input_ids.device)  # [B, T]
+        decoder = self.lean_decoder()
+        stepper = (_LeanStepper(decoder, input_ids, attention_mask, steps) if decoder is not None
+                   else _ModuleStepper(self.model, input_ids, attention_mask, steps))
+        try:
+            return self._decode(stepper, b, steps, eos, pad, sampling, input_ids)
+        finally:
+            if decoder is not None:
+                decoder.release()
+
+    def _decode(self, stepper: Any, b: int, steps: int, eos: int, pad: int, sampling: SamplingConfig,
+                input_ids: torch.Tensor) -> torch.Tensor:
+        from reasoning_rl.logprobs import sampling_support
+
         out = torch.full((b, steps), pad, dtype=input_ids.dtype, device=input_ids.device)  # [B, T]
         finished = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
-        cache_key = cache_argument(self.model)
-        step_out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=prompt_positions,
-                              use_cache=True)
+        logits = stepper.first_logits
         for t in range(steps):
-            logits = step_out.logits[:, -1, :].float()  # [B, V]
+            logits = logits.float()  # [B, V]
             if sampling.do_sample:
                 if sampling.temperature != 1.0:
                     logits = logits / sampling.temperature
@@ -205,10 +233,46 @@ class NativeEngine(HFEngine):
             finished |= token == eos
             if t + 1 == steps or bool(finished.all()):
                 return out[:, :t + 1]
-            cache = step_out.cache if getattr(step_out, "cache", None) is not None else step_out.past_key_values
-            step_out = self.model(input_ids=token[:, None], attention_mask=mask[:, :p + t + 1],
-                                  position_ids=new_positions[:, t:t + 1], use_cache=True, **{cache_key: cache})
+            logits = stepper.step(token)
         return out
+
+
+class _LeanStepper:
+    """Next-token logits from :class:`reasoning_rl.decode.LeanDecoder`."""
+
+    def __init__(self, decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> None:
+        self.decoder = decoder
+        self.first_logits = self.decoder.prefill(input_ids, attention_mask, steps)  # [B, V]
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        return self.decoder.step(token)
+
+
+class _ModuleStepper:
+    """Next-token logits from the model's own forward against its key/value cache."""
+
+    def __init__(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> None:
+        from reasoning_rl.logprobs import cache_argument
+
+        b, p = input_ids.shape
+        self.model, self.prompt_len, self.t = model, p, 0
+        self.mask = torch.ones(b, p + steps, dtype=attention_mask.dtype, device=input_ids.device)  # [B, P+T]
+        self.mask[:, :p] = attention_mask
+        prompt_positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+        self.new_positions = attention_mask.sum(-1, keepdim=True) + torch.arange(steps, device=input_ids.device)
+        self.cache_key = cache_argument(model)
+        self.out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=prompt_positions,
+                         use_cache=True)
+        self.first_logits = self.out.logits[:, -1, :]
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        out, t, p = self.out, self.t, self.prompt_len
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        self.out = self.model(input_ids=token[:, None], attention_mask=self.mask[:, :p + t + 1],
+                              position_ids=self.new_positions[:, t:t + 1], use_cache=True,
+                              **{self.cache_key: cache})
+        self.t += 1
+        return self.out.logits[:, -1, :]
 
 
 def _cut_at_stop(ids: list[int], text: str, stops: list[str], tokenizer: Any) -> tuple[list[int], str, bool]:
