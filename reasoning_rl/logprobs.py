@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from reasoning_rl.batching import pack
+from reasoning_rl.decode import completion_logits, lean_decoder_support
 
 
 def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor, chunk_rows: int = 4) -> torch.Tensor:
@@ -79,10 +80,15 @@ def completion_logprobs(
 
     ``group_size=G > 1`` says rows ``i*G .. i*G+G-1`` share one prompt (a GRPO group):
     each prompt then goes through the model once instead of G times (same numbers,
-    gradients included; see ``_shared_prompt_logits``).
+    gradients included; see ``_shared_prompt_logits``). Llama and Qwen2 models run
+    :func:`reasoning_rl.decode.completion_logits`, the same computation with the prompt shared
+    the same way, read from the model's parameters in fewer ops.
     """
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    if group_size > 1:
+    if lean_decoder_support(model) is None:  # Llama / Qwen2: the same forward in fewer ops
+        _check_groups(input_ids, completion_start, group_size)
+        logits = completion_logits(model, input_ids, attention_mask, position_ids, completion_start, group_size)
+    elif group_size > 1:
         logits = _shared_prompt_logits(model, input_ids, attention_mask, position_ids, completion_start, group_size)
     else:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -109,6 +115,17 @@ def cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def _check_groups(input_ids: torch.Tensor, completion_start: int, group_size: int) -> None:
+    """Rows ``i*G .. i*G+G-1`` must hold one prompt ``input_ids[:, :completion_start]``."""
+    n, p = input_ids.shape[0], completion_start
+    if n % group_size:
+        raise ValueError(f"{n} rows do not split into groups of {group_size}")
+    if group_size > 1:
+        same = (input_ids[:, :p].view(-1, group_size, p) == input_ids[::group_size, :p].unsqueeze(1)).all()
+        if not bool(same):
+            raise ValueError("group_size > 1 needs rows i*G .. i*G+G-1 to share one prompt; they differ")
+
+
 def _shared_prompt_logits(
     model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
     completion_start: int, group_size: int,
@@ -127,13 +144,9 @@ def _shared_prompt_logits(
     for every row of a group.
     """
     n, width = input_ids.shape
-    if n % group_size:
-        raise ValueError(f"{n} rows do not split into groups of {group_size}")
+    _check_groups(input_ids, completion_start, group_size)
     p = completion_start
     prompt_ids, prompt_mask = input_ids[::group_size, :p], attention_mask[::group_size, :p]  # [B/G, P]
-    same = (input_ids[:, :p].view(-1, group_size, p) == prompt_ids.unsqueeze(1)).all()
-    if not bool(same):
-        raise ValueError("group_size > 1 needs rows i*G .. i*G+G-1 to share one prompt; they differ")
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position_ids[::group_size, :p],
                 use_cache=True)
     first = out.logits[:, -1:, :].repeat_interleave(group_size, dim=0)  # [B, 1, V]: predicts completion token 0

@@ -178,30 +178,15 @@ class NativeEngine(HFEngine):
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, lean: bool = True) -> None:
         super().__init__(model, tokenizer, batch_size)
         self.lean = lean
-        self._decoder: Any = None
-        self._decoder_weights: tuple[tuple[int, int], ...] = ()
-
-    def lean_decoder(self) -> Any:
-        """The :class:`reasoning_rl.decode.LeanDecoder` of the current weights (None when the model
-        is not one it runs). Its fused weights are copies, so it is rebuilt when a parameter was
-        replaced or changed in place since (tensor ``_version`` counters, bumped by every in-place
-        update such as an optimiser step); evaluation's many calls on fixed weights reuse one."""
-        from reasoning_rl.decode import LeanDecoder, lean_decoder_support
-
-        if not self.lean or lean_decoder_support(self.model) is not None:
-            return None
-        weights = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
-        if self._decoder is None or weights != self._decoder_weights:
-            self._decoder, self._decoder_weights = None, ()  # free the old copies first
-            self._decoder, self._decoder_weights = LeanDecoder(self.model), weights
-        return self._decoder
 
     @torch.inference_mode()
     def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingConfig,
                 generate_kwargs: dict[str, Any]) -> torch.Tensor:
+        from reasoning_rl.decode import LeanDecoder, lean_decoder_support
+
         b, steps = input_ids.shape[0], sampling.max_new_tokens
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        decoder = self.lean_decoder()
+        decoder = LeanDecoder(self.model) if self.lean and lean_decoder_support(self.model) is None else None
         stepper = (_LeanStepper(decoder, input_ids, attention_mask, steps) if decoder is not None
                    else _ModuleStepper(self.model, input_ids, attention_mask, steps))
         try:

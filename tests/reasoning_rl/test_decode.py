@@ -68,6 +68,18 @@ def test_an_unknown_model_is_refused_with_a_reason():
             self.model, self.config = model, model.config
 
     assert "Wrapped is not one of" in lean_decoder_support(Wrapped())
+    handle = model.model.layers[0].register_forward_hook(lambda *args: None)
+    assert "forward hooks on model.layers.0" in lean_decoder_support(model)
+    handle.remove()
+
+    class LoraLinear(torch.nn.Linear):  # what an adapter library puts in place of a projection
+        pass
+
+    original = model.model.layers[1].self_attn.q_proj
+    model.model.layers[1].self_attn.q_proj = LoraLinear(original.in_features, original.out_features)
+    assert "self_attn.q_proj is not a plain nn.Linear" in lean_decoder_support(model)
+    model.model.layers[1].self_attn.q_proj = original
+    assert lean_decoder_support(model) is None
     model.config.hidden_act = "gelu"
     assert "hidden_act='gelu'" in lean_decoder_support(model)
     with pytest.raises(ValueError, match="LeanDecoder cannot run this model: hidden_act"):
@@ -83,17 +95,59 @@ def test_the_engine_samples_the_same_tokens_with_and_without_it():
     assert [[c.token_ids for c in g] for g in lean] == [[c.token_ids for c in g] for g in module]
 
 
-def test_the_engine_rebuilds_the_decoder_when_the_weights_change():
+def test_the_engine_follows_an_in_place_weight_update():
+    # The trainer's optimiser changes the parameters in place between two generate calls.
     model, tok = _model("llama", 2)
     engine = NativeEngine(model, tok)
-    first = engine.lean_decoder()
-    assert engine.lean_decoder() is first  # fixed weights (evaluation): built once
     greedy = SamplingConfig(max_new_tokens=5, do_sample=False)
     before = engine.generate(PROMPTS[:2], 1, greedy)
     with torch.no_grad():
-        model.lm_head.weight.mul_(-1.0)  # an in-place update, as an optimiser step makes
-    assert engine.lean_decoder() is not first
+        model.lm_head.weight.mul_(-1.0)
     after = engine.generate(PROMPTS[:2], 1, greedy)
     reference = NativeEngine(model, tok, lean=False).generate(PROMPTS[:2], 1, greedy)
     assert [g[0].token_ids for g in after] == [g[0].token_ids for g in reference] != [g[0].token_ids for g in before]
-    assert NativeEngine(model, tok, lean=False).lean_decoder() is None
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_fused_and_plain_projections_give_the_same_logits(fuse):
+    model, tok = _model("qwen2", 3)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+    with torch.inference_mode():
+        logits = LeanDecoder(model, fuse=fuse).prefill(enc["input_ids"], enc["attention_mask"], 2)
+        plain = LeanDecoder(model, fuse=False).prefill(enc["input_ids"], enc["attention_mask"], 2)
+    torch.testing.assert_close(logits, plain, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch,kv_heads,group_size", [("llama", 2, 2), ("qwen2", 3, 1), ("qwen2", 1, 4)])
+def test_training_logits_and_gradients_are_the_module_forward(arch, kv_heads, group_size):
+    from reasoning_rl.decode import completion_logits
+    from reasoning_rl.logprobs import _shared_prompt_logits
+
+    model, tok = _model(arch, kv_heads)
+    model.train()
+    prompts = [PROMPTS[i % 2] for i in range(4) for _ in range(group_size)]  # rows of a group share a prompt
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+    torch.manual_seed(1)
+    completions = torch.randint(3, len(tok), (len(prompts), 5))
+    ids = torch.cat([enc["input_ids"], completions], 1)
+    mask = torch.cat([enc["attention_mask"], torch.ones_like(completions)], 1)
+    mask[::3, -2:] = 0  # some completions end early (right padding)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    p = enc["input_ids"].shape[1]
+    real = mask[:, p:].bool()[..., None]
+
+    def loss_and_grads(fn):
+        model.zero_grad()
+        logits = fn(model, ids, mask, positions, p, group_size)
+        (logits.log_softmax(-1) * real).sum().backward()
+        return logits.detach(), {n: q.grad.clone() for n, q in model.named_parameters()}
+
+    lean, lean_grads = loss_and_grads(completion_logits)
+    if group_size > 1:
+        module, module_grads = loss_and_grads(_shared_prompt_logits)
+    else:
+        module, module_grads = loss_and_grads(
+            lambda m, i, a, pos, p, g: m(input_ids=i, attention_mask=a, position_ids=pos).logits[:, p - 1:-1])
+    torch.testing.assert_close(lean * real, module * real, rtol=1e-5, atol=1e-5)
+    for name, grad in module_grads.items():
+        torch.testing.assert_close(lean_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
