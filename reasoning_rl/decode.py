@@ -134,7 +134,6 @@ class FusedProjections:
         attn, mlp = layer.self_attn, layer.mlp
         self.qkv = _concat(attn.q_proj, attn.k_proj, attn.v_proj)
         self.gate_up = _concat(mlp.gate_proj, mlp.up_proj)
-        self.split = (attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features)
 
 
 def _concat(*linears: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -153,12 +152,15 @@ def decoder_layer(model: Any, layer: Any, h: torch.Tensor, cos: torch.Tensor, si
     heads, d = cfg.num_attention_heads, _head_dim(cfg)
     attn, mlp = layer.self_attn, layer.mlp
     a = rms_norm(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
-    if fused is not None:
-        q, k, v = F.linear(a, *fused.qkv).split(fused.split, dim=-1)
+    if fused is not None:  # one matmul, and one rotation of q and k together
+        qkv = F.linear(a, *fused.qkv).view(b, length, -1, d).transpose(1, 2)  # [B, H + 2 H_kv, L, d]
+        kv = (qkv.shape[1] - heads) // 2
+        qk = rotate(qkv[:, :heads + kv], cos, sin)
+        att = attend(qk[:, :heads], qk[:, heads:], qkv[:, heads + kv:])  # [B, H, L, d]
     else:
-        q, k, v = (F.linear(a, m.weight, m.bias) for m in (attn.q_proj, attn.k_proj, attn.v_proj))
-    q, k, v = (x.view(b, length, -1, d).transpose(1, 2) for x in (q, k, v))  # [B, heads, L, d]
-    att = attend(rotate(q, cos, sin), rotate(k, cos, sin), v)  # [B, H, L, d]
+        q, k, v = (F.linear(a, m.weight, m.bias).view(b, length, -1, d).transpose(1, 2)
+                   for m in (attn.q_proj, attn.k_proj, attn.v_proj))  # [B, heads, L, d]
+        att = attend(rotate(q, cos, sin), rotate(k, cos, sin), v)  # [B, H, L, d]
     h = h + F.linear(att.transpose(1, 2).reshape(b, length, heads * d), attn.o_proj.weight, attn.o_proj.bias)
     m = rms_norm(h, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
     if fused is not None:
