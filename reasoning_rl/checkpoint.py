@@ -13,6 +13,11 @@ In a data-parallel run every rank calls :func:`save_checkpoint`; rank 0 alone wr
 ranks' models are identical: they apply the same summed gradients), the others wait at a
 barrier until the checkpoint is complete. The RNG state saved is rank 0's; sampling is
 reseeded every step from (seed, step, rank), so a resumed run samples as the original did.
+
+A sharded model (``trainer.fsdp=true``) is gathered first, on every rank (collectives), into
+one full state dict on rank 0, which writes the same ``save_pretrained`` folder as a single
+process; so are the DTensors in the algorithm's state (AdamW's moments): a checkpoint is the
+single-process one whatever the world size, and resumes sharded or not.
 """
 
 from __future__ import annotations
@@ -53,8 +58,15 @@ def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state:
     """Write ``checkpoint-<step>`` atomically; keep only the ``keep`` newest. With several ranks:
     rank 0 writes, every rank returns only once the checkpoint is complete (barriers)."""
 
+    full_model = distributed.full_model_state(model)  # sharded: rank 0's full copy; else None
+    if distributed.is_sharded(model):
+        state = distributed.full_tensors(state)
+
     def write(tmp: Path) -> None:
-        model.save_pretrained(tmp)
+        if full_model is not None:
+            model.save_pretrained(tmp, state_dict=full_model)
+        else:
+            model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
 

@@ -90,6 +90,12 @@ class TrainerConfig:
     """Encode each group's prompt once in the policy and reference forward passes and
     reuse its key/value cache for the G completions (exact: same log-probs and gradients;
     reasoning_rl.logprobs). false = every row runs prompt + completion in full."""
+    fsdp: bool = False
+    """Under torchrun, shard the policy and the reference over the ranks with PyTorch's FSDP2 (one
+    unit per decoder layer plus the root) instead of holding a whole copy on each: for models whose
+    training state does not fit one device. Same update as one process; checkpoints are ordinary
+    save_pretrained folders. The grpo module only, hf/native rollouts (docs/scaling.md). No effect
+    in a single process."""
 
 
 @dataclass
@@ -166,8 +172,39 @@ def validate(cfg: TrainConfig) -> None:
                         f"got {cfg.rollout.vllm_gpu_memory_utilization}, {cfg.rollout.vllm_sleep_level}")
     if cfg.rollout.vllm_sync_timeout <= 0:
         problems.append(f"rollout.vllm_sync_timeout must be > 0 seconds, got {cfg.rollout.vllm_sync_timeout}")
+    if cfg.trainer.fsdp:
+        problems += fsdp_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+FSDP_ALGORITHMS = ("grpo",)
+"""Algorithm modules trainer.fsdp=true is built and tested for (GRPO, DAPO's loss, Dr. GRPO, GSPO, RLOO, REINFORCE++)."""
+
+
+def fsdp_problems(cfg: TrainConfig) -> list[str]:
+    """Combinations ``trainer.fsdp=true`` refuses, each with the reason. FSDP runs collectives inside
+    every forward and backward, so every rank must run the same number of them; and only the models
+    the run loop shards (policy, reference) are handled."""
+    out = []
+    if cfg.algo.name not in FSDP_ALGORITHMS:
+        why = {"ppo": "its critic (a second trained model with its own optimiser) is not sharded yet"}.get(
+            cfg.algo.name, "a rank without samples to learn from skips its forward and backward passes, "
+            "which FSDP's per-layer collectives cannot allow")
+        out.append(f"trainer.fsdp=true supports algo.name in {list(FSDP_ALGORITHMS)} (algo=grpo, dr_grpo, gspo, "
+                   f"rloo, reinforce_pp, dapo without dynamic sampling), not {cfg.algo.name!r}: {why}; "
+                   "drop trainer.fsdp for the replicated data-parallel run")
+    if cfg.rollout.backend == "vllm":
+        out.append("trainer.fsdp=true with rollout.backend=vllm is not supported (the weight sync reads a whole "
+                   "state_dict on each rank and is untested with shards); use rollout.backend=hf or native")
+    if getattr(cfg.algo, "dynamic_sampling", False):
+        out.append("trainer.fsdp=true with algo.dynamic_sampling=true is not supported: ranks may keep different "
+                   "numbers of groups, hence run different numbers of forward/backward passes, and FSDP's "
+                   "collectives would wait forever; set algo.dynamic_sampling=false")
+    if getattr(cfg.algo, "ref_reset_every", 0):
+        out.append("trainer.fsdp=true with algo.ref_reset_every > 0 is not supported (resetting and saving a "
+                   "sharded reference is not built); set algo.ref_reset_every=0")
+    return out
 
 
 def register_configs() -> None:

@@ -14,7 +14,9 @@ their modules (``reasoning_rl/algo/grpo.py``); everything here is the same for a
 Data-parallel (``torchrun --nproc_per_node N``; reasoning_rl.distributed): every rank runs this
 loop on its shard of each step's prompts; the step's metrics are combined over ranks; rank 0
 alone writes the run folder (config, metrics, completions of every rank, checkpoints, summary,
-plot) and runs the held-out evaluation while the other ranks wait at a barrier.
+plot) and runs the held-out evaluation while the other ranks wait at a barrier. With
+``trainer.fsdp=true`` the policy and the reference are sharded over the ranks once the algorithm
+is set up (:meth:`Trainer._shard`); sampling and evaluation gather their full parameters first.
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ class Trainer:
         )
         self.algorithm: Algorithm = entry.algorithm(self.context)
         self.step = 0
+        if cfg.trainer.fsdp and not distributed.is_distributed():
+            log.info("trainer.fsdp=true in a single process: there is nothing to shard, the model stays whole")
 
     # -- phases -----------------------------------------------------------------------------------------
     def _warm_start(self) -> dict[str, Any] | None:
@@ -126,12 +130,33 @@ class Trainer:
         state = ckpt.load_trainer_state(self.resume_from) if self.resume_from is not None else None
         distributed.broadcast_parameters(self.model)  # every rank starts from rank 0's weights
         self.algorithm.setup(state)
+        if self.cfg.trainer.fsdp and distributed.is_distributed():
+            self._shard()
         if state is not None:
             self.sampler.load_state_dict(state["sampler"])
             self.step = state["step"]
             ckpt.set_rng_state(state["rng"])
             log.info("resumed from %s at step %d", self.resume_from, self.step)
         self._sync_engine()  # the engine samples from the weights RL starts with (warm start, resume)
+
+    def _shard(self) -> None:
+        """FSDP2 (``trainer.fsdp=true``): shard the policy and the models the algorithm holds
+        (the reference) over the ranks, layer by layer (reasoning_rl.distributed.shard_model).
+
+        Done after the algorithm's setup, on whole models: the reference is copied and saved, the
+        optimiser built and a checkpoint's optimiser state loaded exactly as in a single process;
+        then each optimiser is pointed at the sharded parameters and keeps its slice of that state.
+        From here on the engine samples with the full parameters gathered (FullParameterEngine)."""
+        models = [self.model, *self.algorithm.held_models()]
+        before = {id(p): (i, name) for i, m in enumerate(models) for name, p in m.named_parameters()}
+        for model in models:
+            distributed.shard_model(model)
+        after = {(i, name): p for i, m in enumerate(models) for name, p in m.named_parameters()}
+        successors = {pid: after[key] for pid, key in before.items()}
+        for optimizer in self.algorithm.optimizers():
+            distributed.reshard_optimizer(optimizer, successors)
+        self.engine = self.context.engine = distributed.FullParameterEngine(self.engine, self.model)
+        log.info("trainer.fsdp: %d models sharded over %d ranks", len(models), distributed.world_size())
 
     def _sync_engine(self) -> None:
         """Hand the engine the current weights and the policy version (RL steps done)."""
@@ -197,7 +222,9 @@ class Trainer:
                 progress.close()
             logger.close()
         # Measured before the final evaluation, while the last step's gradients are still held.
-        summary["memory"] = memory_report([self.model, *self.algorithm.held_models()], self.algorithm.optimizers())
+        # (This rank's share under FSDP: a sharded tensor counts its local slice.)
+        summary["memory"] = memory_report(distributed.local_models([self.model, *self.algorithm.held_models()]),
+                                          distributed.local_optimizers(self.algorithm.optimizers()))
         final = self.save()
         summary["final_checkpoint"] = str(final)
         if self.eval_examples:
@@ -216,15 +243,17 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Held-out greedy and sampled accuracy of the current policy (reasoning_rl.heldout).
-        Data-parallel: rank 0 evaluates on all held-out problems, the other ranks wait and get {}."""
-        if not distributed.is_main():
+        Data-parallel: rank 0 evaluates on all held-out problems, the other ranks wait and get {}
+        (a sharded policy is first gathered on every rank, so rank 0 samples without collectives)."""
+        with distributed.full_parameters(self.model):
+            if not distributed.is_main():
+                distributed.barrier()
+                return {}
+            result = evaluate_heldout(self.engine, self.eval_examples, self.reward, self.sampling,
+                                      self.cfg.evaluation.samples_per_problem, seed=self.cfg.trainer.seed,
+                                      timeout=self.cfg.rollout.reward_timeout, pool=self.pool)
+            self.model.train()
             distributed.barrier()
-            return {}
-        result = evaluate_heldout(self.engine, self.eval_examples, self.reward, self.sampling,
-                                  self.cfg.evaluation.samples_per_problem, seed=self.cfg.trainer.seed,
-                                  timeout=self.cfg.rollout.reward_timeout, pool=self.pool)
-        self.model.train()
-        distributed.barrier()
         return result.as_dict()
 
     @staticmethod
