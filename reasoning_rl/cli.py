@@ -21,6 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from reasoning_rl import distributed
 from reasoning_rl.algo.registry import AlgorithmNotFoundError
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.checkpoint import latest_checkpoint
@@ -170,22 +171,46 @@ def _hydra_main(cfg: DictConfig) -> float:
 
 
 def run_training(cfg: DictConfig) -> float:
-    """One run: prepare its folder, train, write status and summary; the held-out greedy accuracy."""
+    """One run: prepare its folder, train, write status and summary; the held-out greedy accuracy.
+
+    Under torchrun the process group starts here (before any write), every rank uses rank 0's
+    run folder, and rank 0 alone writes ``config.yaml``, ``status.json`` and ``eval_table.md``
+    and prints the summary; a rank that fails records its error in ``status.json`` itself."""
+    owns_group = distributed.init_from_env()
+    try:
+        result = _run_training(cfg)
+    except BaseException:
+        if owns_group:
+            distributed.shutdown(barrier=False)  # the other ranks may never reach a barrier
+        raise
+    if owns_group:
+        distributed.shutdown()
+    return result
+
+
+def _run_training(cfg: DictConfig) -> float:
     from reasoning_rl.trainer import Trainer
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     train_cfg = to_train_config(cfg)
-    run_dir = Path(train_cfg.trainer.output_dir or HydraConfig.get().runtime.output_dir)
+    main = distributed.is_main()
+    # Rank 0's folder on every rank: the default one carries a timestamp that can differ between them.
+    run_dir = Path(distributed.broadcast_object(str(train_cfg.trainer.output_dir
+                                                    or HydraConfig.get().runtime.output_dir)))
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    if prepare_run_folder(run_dir, resolved, train_cfg):
+    finished = prepare_run_folder(run_dir, resolved, train_cfg)
+    distributed.barrier()  # every rank has read the folder before rank 0 writes into it
+    if finished:
         summary = json.loads((run_dir / "summary.json").read_text())
-        print(f"{run_dir}: already finished; skipped (delete the folder to train it again)")
+        if main:
+            print(f"{run_dir}: already finished; skipped (delete the folder to train it again)")
         return float((summary.get("eval_after") or {}).get("greedy_accuracy", 0.0))
     share_the_cores(train_cfg, parallel_jobs())
-    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    log.info("run folder: %s%s", run_dir, " (resuming)" if train_cfg.trainer.resume else "")
-    write_status(run_dir, "running", resumed=train_cfg.trainer.resume)
+    if main:
+        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        log.info("run folder: %s%s", run_dir, " (resuming)" if train_cfg.trainer.resume else "")
+        write_status(run_dir, "running", resumed=train_cfg.trainer.resume)
     t0 = time.perf_counter()
     try:
         trainer = Trainer(train_cfg, run_dir)
@@ -194,9 +219,19 @@ def run_training(cfg: DictConfig) -> float:
         finally:
             trainer.close()
     except BaseException as exc:
-        write_status(run_dir, "failed", wall_s=time.perf_counter() - t0, **failure_fields(exc))
+        # Any failing rank records it (the others may be stuck in a collective, or killed by torchrun).
+        rank = {"rank": distributed.rank()} if distributed.is_distributed() else {}
+        write_status(run_dir, "failed", wall_s=time.perf_counter() - t0, **rank, **failure_fields(exc))
         raise
-    write_status(run_dir, "finished", wall_s=time.perf_counter() - t0, steps=train_cfg.trainer.steps)
+    if main:
+        write_status(run_dir, "finished", wall_s=time.perf_counter() - t0, steps=train_cfg.trainer.steps)
+        print_summary(run_dir, summary)
+    after = summary.get("eval_after") or {}
+    return float(after.get("greedy_accuracy", 0.0))
+
+
+def print_summary(run_dir: Path, summary: dict) -> None:
+    """Write ``eval_table.md`` and print the before/after table, the run folder and the warm start."""
     table = format_eval_table(summary)
     if table:
         atomic_write_text(run_dir / "eval_table.md", table + "\n")
@@ -205,8 +240,6 @@ def run_training(cfg: DictConfig) -> float:
     if "warm_start" in summary:
         ws = summary["warm_start"]
         print(f"warm start: {ws['steps']} supervised steps, probe accuracy {ws['probe_accuracy']:.1%}")
-    after = summary.get("eval_after") or {}
-    return float(after.get("greedy_accuracy", 0.0))
 
 
 def train_main() -> None:
