@@ -1,8 +1,10 @@
 """One GRPO run of the tiny model with a fixed, deterministic rollout engine, for
-tests/reasoning_rl/test_distributed.py. Run as ``python dist_worker.py OUT RUN STEPS [resume]`` (one
-process) or under ``torchrun --nproc_per_node 2`` (two ranks, gloo). Writes ``OUT/rank<r>.pt``:
-the gradient each optimiser step applied (after the all-reduce and clipping), the final
-parameters, the logged grad norms, and what each rank saw of the checkpoints."""
+tests/reasoning_rl/test_distributed.py. Run as ``python dist_worker.py OUT RUN STEPS [FLAG ...]`` (one
+process) or under ``torchrun --nproc_per_node 2`` (two ranks, gloo); flags: ``resume``, ``fsdp``
+(trainer.fsdp=true), ``cli`` (through ``reasoning_rl.cli.run_training``, the torchrun entry point,
+recording which rank wrote which run-folder file and what it printed). Writes ``OUT/rank<r>.pt``:
+the gradient each optimiser step applied (after the all-reduce or FSDP's reduce-scatter, and
+clipping; full tensors), the final parameters, what each rank saw of the checkpoints, the CLI's writes."""
 
 from __future__ import annotations
 
@@ -80,53 +82,91 @@ def config(run_dir: str, steps: int, resume: bool) -> TrainConfig:
     return cfg
 
 
-def main(out: str, run_dir: str, steps: int, resume: bool) -> None:
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: a DTensor (FSDP shard) gathered over the ranks (a collective), else itself."""
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def watched_trainer(record: dict):
+    """A Trainer subclass that samples with FixedEngine and records into ``record``: each applied
+    gradient, the final parameters, whether the models are sharded, what save() left on disk."""
     from reasoning_rl.trainer import Trainer
 
-    writes: list[str] = []
+    class WatchedTrainer(Trainer):
+        def __init__(self, cfg, run_dir) -> None:
+            super().__init__(cfg, run_dir)
+            self.engine = self.context.engine = FixedEngine(self.tokenizer)
+
+        def _setup_algorithm(self) -> None:
+            super()._setup_algorithm()  # sharded by now with trainer.fsdp
+            opt, model = self.algorithm.optimizer, self.model
+            step = opt.step
+
+            def recording_step(*a, **k):
+                record["grads"].append(torch.cat([_full(p.grad).reshape(-1).clone() for p in model.parameters()]))
+                return step(*a, **k)
+
+            opt.step = recording_step
+            record["sharded"] = [distributed.is_sharded(m) for m in (model, *self.algorithm.held_models())]
+            record["local_numel"] = sum(getattr(p, "to_local", lambda p=p: p)().numel() for p in model.parameters())
+
+        def save(self):
+            path = super().save()
+            record["seen_complete"].append((path / ckpt.STATE_FILE).exists() and (path / "config.json").exists())
+            return path
+
+        def close(self) -> None:
+            record["params"] = torch.cat([_full(p.detach()).reshape(-1).clone() for p in self.model.parameters()])
+            record["world_size"] = distributed.world_size()
+            super().close()
+
+    return WatchedTrainer
+
+
+def main(out: str, run_dir: str, steps: int, flags: set[str]) -> None:
+    import contextlib
+    import io
+
+    import reasoning_rl.cli as cli
+    import reasoning_rl.trainer
+
+    record: dict = {"grads": [], "seen_complete": [], "writes": [], "cli_writes": [], "printed": ""}
     write = ckpt.atomic_directory_write
 
     def slow_write(final, fn):  # rank 0 takes its time: a rank that did not wait would see nothing
-        writes.append(Path(final).name)
+        record["writes"].append(Path(final).name)
         time.sleep(0.3)
         return write(final, fn)
 
     ckpt.atomic_directory_write = slow_write
-    trainer = Trainer(config(run_dir, steps, resume), run_dir)
-    trainer.engine = trainer.context.engine = FixedEngine(trainer.tokenizer)
-    grads: list[torch.Tensor] = []
-    seen: list[bool] = []
-    setup = trainer.algorithm.setup
+    cfg = config(run_dir, steps, "resume" in flags)
+    cfg.trainer.fsdp = "fsdp" in flags
+    trainer_class = watched_trainer(record)
+    if "cli" in flags:
+        from omegaconf import OmegaConf
 
-    def setup_and_watch(state):
-        setup(state)
-        opt = trainer.algorithm.optimizer
-        step = opt.step
-
-        def recording_step(*a, **k):
-            grads.append(torch.cat([p.grad.reshape(-1).clone() for p in trainer.model.parameters()]))
-            return step(*a, **k)
-
-        opt.step = recording_step
-
-    trainer.algorithm.setup = setup_and_watch
-    save = trainer.save
-
-    def save_and_look():
-        path = save()
-        seen.append((path / ckpt.STATE_FILE).exists() and (path / "config.json").exists())
-        return path
-
-    trainer.save = save_and_look
-    try:
-        trainer.train()
-        params = torch.cat([p.detach().reshape(-1).clone() for p in trainer.model.parameters()])
-        result = {"grads": grads, "params": params, "writes": writes, "seen_complete": seen,
-                  "world_size": distributed.world_size()}
-        torch.save(result, Path(out) / f"rank{distributed.rank()}.pt")
-    finally:
-        trainer.close()
+        write_text, write_status = cli.atomic_write_text, cli.write_status
+        cli.atomic_write_text = lambda path, *a, **k: (record["cli_writes"].append(Path(path).name),
+                                                       write_text(path, *a, **k))[1]
+        cli.write_status = lambda d, status, **k: (record["cli_writes"].append(f"status:{status}"),
+                                                   write_status(d, status, **k))[1]
+        reasoning_rl.trainer.Trainer = trainer_class
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            cli.run_training(OmegaConf.structured(cfg))  # starts and ends the process group itself
+        record["printed"] = printed.getvalue()
+        rank = int(__import__("os").environ.get("RANK", "0"))
+    else:
+        trainer = trainer_class(cfg, run_dir)
+        try:
+            trainer.train()
+            rank = distributed.rank()
+        finally:
+            trainer.close()
+    torch.save(record, Path(out) / f"rank{rank}.pt")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), len(sys.argv) > 4 and sys.argv[4] == "resume")
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), set(sys.argv[4:]))

@@ -1,6 +1,7 @@
 """Data-parallel training (reasoning_rl.distributed): two gloo processes on the CPU give the
-single-process update, rank 0 alone writes checkpoints, resume is exact; the pure parts
-(metric reductions, sharding, the world-size check) on hand-made inputs."""
+single-process update, replicated or sharded with FSDP2 (trainer.fsdp), rank 0 alone writes
+checkpoints and the CLI's run-folder files, resume is exact; the pure parts (metric reductions,
+sharding, the world-size check, the FSDP combinations refused) on hand-made inputs."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ import torch
 from reasoning_rl import distributed
 from reasoning_rl.algo.losses import LossNormalizer
 from reasoning_rl.checkpoint import STATE_FILE, list_checkpoints
-from reasoning_rl.config import ConfigError, TrainConfig
+from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.models import load_pretrained
 from reasoning_rl.optim import clip_and_measure
 from reasoning_rl.prompt_sampler import PromptSampler
 from reasoning_rl.trainer import check_world_size
@@ -34,9 +36,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(world: int, out: Path, run: Path, steps: int, resume: bool = False) -> subprocess.Popen:
+def _launch(world: int, out: Path, run: Path, steps: int, *flags: str) -> subprocess.Popen:
+    """dist_worker.py in one process or under torchrun; ``flags``: resume, fsdp, cli."""
     out.mkdir(parents=True, exist_ok=True)
-    args = [str(WORKER), str(out), str(run), str(steps), *(["resume"] if resume else [])]
+    args = [str(WORKER), str(out), str(run), str(steps), *flags]
     if world == 1:
         cmd = [sys.executable, *args]
     else:
@@ -54,18 +57,46 @@ def _wait(proc: subprocess.Popen) -> None:
     assert proc.returncode == 0, output[-4000:]
 
 
+class _SingleRun:
+    """The one-process reference run (3 steps), started once for the module and awaited on first use."""
+
+    def __init__(self, root: Path) -> None:
+        self.out, self.run = root / "out1", root / "run1"
+        self.proc: subprocess.Popen | None = _launch(1, self.out, self.run, 3)
+
+    def result(self) -> dict:
+        if self.proc is not None:
+            _wait(self.proc)
+            self.proc = None
+        return torch.load(self.out / "rank0.pt")
+
+
+@pytest.fixture(scope="module")
+def single_run(tmp_path_factory) -> _SingleRun:
+    return _SingleRun(tmp_path_factory.mktemp("single"))
+
+
+def _assert_same_global_metrics(run1: Path, run2: Path) -> None:
+    m1, m2 = read_metrics(run1 / "metrics.jsonl"), read_metrics(run2 / "metrics.jsonl")
+    assert [m["step"] for m in m2] == [1, 2, 3]
+    for a, b in zip(m1, m2):
+        for key in ("grad/norm", "loss/total", "loss/policy", "kl/mean", "entropy/mean", "reward/mean",
+                    "completion/tokens", "rollout/policy_version"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), (a["step"], key)
+
+
 @pytest.mark.slow
-def test_two_gloo_ranks_give_the_single_process_update_write_once_and_resume(tmp_path):
+def test_two_gloo_ranks_give_the_single_process_update_write_once_and_resume(tmp_path, single_run):
     """Same global prompts, same completions (a fixed engine: dist_worker.FixedEngine), so the
     runs must agree: the gradient each optimiser step applies (summed over ranks, clipped on the
     global norm; 0.05 here, so the pre-clip norm in the metrics is compared too), the logged
     global metrics, the final weights. Rank 0 alone writes checkpoints, slowly (0.3 s each):
-    rank 1 finds every one complete when save() returns, so it waited at the barrier."""
-    single = _launch(1, tmp_path / "out1", tmp_path / "run1", steps=3)
-    _wait(_launch(2, tmp_path / "out2", tmp_path / "run2", steps=2))
-    _wait(_launch(2, tmp_path / "out3", tmp_path / "run2", steps=3, resume=True))  # continue the 2-rank run
-    _wait(single)
-    one = torch.load(tmp_path / "out1" / "rank0.pt")
+    rank 1 finds every one complete when save() returns, so it waited at the barrier. The first
+    2-rank launch goes through the CLI (reasoning_rl.cli.run_training): rank 0 alone writes
+    config.yaml, status.json and eval_table.md and prints the summary."""
+    _wait(_launch(2, tmp_path / "out2", tmp_path / "run2", 2, "cli"))
+    _wait(_launch(2, tmp_path / "out3", tmp_path / "run2", 3, "resume"))  # continue the 2-rank run
+    one = single_run.result()
     two = [torch.load(tmp_path / "out2" / f"rank{r}.pt") for r in (0, 1)]
     resumed = [torch.load(tmp_path / "out3" / f"rank{r}.pt") for r in (0, 1)]
     assert one["world_size"] == 1 and two[0]["world_size"] == 2
@@ -82,12 +113,7 @@ def test_two_gloo_ranks_give_the_single_process_update_write_once_and_resume(tmp
     assert torch.equal(resumed[0]["params"], resumed[1]["params"])
 
     # Global metrics (rank 0 logs the ranks' combined values; docs/metrics.md).
-    m1, m2 = read_metrics(tmp_path / "run1" / "metrics.jsonl"), read_metrics(tmp_path / "run2" / "metrics.jsonl")
-    assert [m["step"] for m in m2] == [1, 2, 3]
-    for a, b in zip(m1, m2):
-        for key in ("grad/norm", "loss/total", "loss/policy", "kl/mean", "entropy/mean", "reward/mean",
-                    "completion/tokens", "rollout/policy_version"):
-            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), (a["step"], key)
+    _assert_same_global_metrics(single_run.run, tmp_path / "run2")
     rows = [json.loads(line) for line in (tmp_path / "run2" / "completions.jsonl").read_text().splitlines()]
     assert len(rows) == 3 * 4 * 4 and {r["rank"] for r in rows} == {0, 1}  # every rank's samples, once
     assert [r["policy_version"] for r in rows[::16]] == [0, 1, 2]
@@ -101,8 +127,81 @@ def test_two_gloo_ranks_give_the_single_process_update_write_once_and_resume(tmp
     state = torch.load(tmp_path / "run2" / "checkpoint-3" / STATE_FILE, weights_only=False)
     assert state["step"] == 3 and state["sampler"] == {"epoch": 0, "position": 12}
 
+    # The CLI under torchrun: one writer of the run folder's own files, one printed summary.
+    assert two[0]["cli_writes"] == ["config.yaml", "status:running", "status:finished", "eval_table.md"]
+    assert two[1]["cli_writes"] == [] and two[1]["printed"] == ""
+    assert "run folder: " + str(tmp_path / "run2") in two[0]["printed"]
+    assert json.loads((tmp_path / "run2" / "status.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.slow
+def test_fsdp_two_gloo_ranks_give_the_single_process_update_checkpoint_whole_and_resume(tmp_path, single_run):
+    """trainer.fsdp=true: the policy and the reference are sharded (each rank holds half the
+    parameters), FSDP reduce-scatters the gradients, and the update is still the single process's:
+    the applied (full) gradients of steps 1-2, then of step 3 after a resumed 2-rank run, the global
+    grad norm before clipping at 0.05, the metrics, the final weights. Checkpoints are written by
+    rank 0 alone as ordinary save_pretrained folders holding the full weights (they load and equal
+    the trained weights) and the full AdamW state (that of the single-process run)."""
+    _wait(_launch(2, tmp_path / "out2", tmp_path / "run2", 2, "fsdp"))
+    _wait(_launch(2, tmp_path / "out3", tmp_path / "run2", 3, "fsdp", "resume"))
+    one = single_run.result()
+    two = [torch.load(tmp_path / "out2" / f"rank{r}.pt") for r in (0, 1)]
+    resumed = [torch.load(tmp_path / "out3" / f"rank{r}.pt") for r in (0, 1)]
+    assert two[0]["sharded"] == [True, True] and resumed[1]["sharded"] == [True, True]  # policy, reference
+    total = one["params"].numel()
+    assert two[0]["local_numel"] + two[1]["local_numel"] == total and two[0]["local_numel"] < 0.51 * total
+
+    applied = [*two[0]["grads"], *resumed[0]["grads"]]
+    assert len(applied) == len(one["grads"]) == 3
+    for step, (g2, g1) in enumerate(zip(applied, one["grads"]), start=1):
+        assert g1.abs().max() > 0, step
+        torch.testing.assert_close(g2, g1, rtol=1e-4, atol=1e-7, msg=f"step {step}")
+    torch.testing.assert_close(resumed[0]["params"], one["params"], rtol=1e-5, atol=1e-6)
+    assert torch.equal(resumed[0]["params"], resumed[1]["params"])
+    _assert_same_global_metrics(single_run.run, tmp_path / "run2")
+
+    assert two[0]["writes"] == ["checkpoint-1", "checkpoint-2"] and two[1]["writes"] == []
+    assert resumed[0]["writes"] == ["checkpoint-3"] and resumed[1]["writes"] == []
+    assert all(two[1]["seen_complete"]) and len(two[1]["seen_complete"]) == 2
+    final = tmp_path / "run2" / "checkpoint-3"
+    model, _ = load_pretrained(str(final))
+    assert json.loads((final / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    torch.testing.assert_close(torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
+                               resumed[0]["params"], rtol=0, atol=0)
+    sharded_state = torch.load(final / STATE_FILE, weights_only=False)["optimizer"]["state"]
+    single_state = torch.load(single_run.run / "checkpoint-3" / STATE_FILE, weights_only=False)["optimizer"]["state"]
+    assert sharded_state.keys() == single_state.keys()
+    for i, moments in single_state.items():
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(sharded_state[i][key], moments[key], rtol=1e-4, atol=1e-9, msg=f"{i} {key}")
+
 
 # -- the pure parts ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("setting, message", [
+    ({"algo": "ppo"}, r"trainer.fsdp=true supports algo.name in \['grpo'\].*not 'ppo': its critic"),
+    ({"algo": "sft"}, r"not 'sft': a rank without samples"),
+    ({"rollout.backend": "vllm"}, r"rollout.backend=vllm is not supported"),
+    ({"algo.dynamic_sampling": True}, r"algo.dynamic_sampling=true is not supported.*wait forever"),
+    ({"algo.ref_reset_every": 5}, r"algo.ref_reset_every > 0 is not supported"),
+])
+def test_fsdp_refuses_the_combinations_it_does_not_handle(setting, message):
+    from reasoning_rl.algo.registry import get_algorithm
+
+    cfg = TrainConfig()
+    cfg.trainer.fsdp = True
+    validate(cfg)  # GRPO with hf rollouts: accepted
+    for key, value in setting.items():
+        if key == "algo":
+            cfg.algo = get_algorithm(value).config_class()
+        else:
+            group, name = key.split(".")
+            setattr(getattr(cfg, group), name, value)
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)
+    cfg.trainer.fsdp = False
+    validate(cfg)  # the same settings without FSDP are fine
+
 
 def test_metrics_are_summed_maxed_token_weighted_or_averaged_by_their_key():
     rank0 = {"loss/total": 0.25, "completion/tokens": 30, "completion/length_max": 7, "time/step": 1.0,
