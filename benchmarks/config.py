@@ -69,6 +69,14 @@ class EvalConfig:
     """Model dtype: float32, bfloat16, float16 (vllm: float32 means the checkpoint's own dtype)."""
     batch_size: int = 16
     """Sequences per ``generate`` call (hf backend)."""
+    tensor_parallel_size: int = 1
+    """vllm backend: GPUs the model is sharded over (vLLM's tensor parallelism, for models that do
+    not fit one GPU or to generate faster); must not exceed the GPUs the machine has."""
+    gpu_memory_utilization: float = 0.9
+    """vllm backend: share of each GPU's memory vLLM may take (weights, activations, KV cache)."""
+    max_model_len: int | None = None
+    """vllm backend: longest prompt + completion in tokens; null = the model's own limit (a lower
+    value leaves more memory for the KV cache)."""
     generation_chunk: int = 32
     """Problems generated between two cache writes (and progress-bar steps)."""
 

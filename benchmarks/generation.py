@@ -7,7 +7,7 @@ loop does not know which one runs. vLLM is imported only when ``backend=vllm``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reasoning_rl.rollout import Completion, SamplingConfig, VLLMEngine, require_vllm
@@ -55,14 +55,55 @@ def resolve_backend(backend: str, device: str = "auto") -> str:
     return "vllm" if on_cuda and vllm_available() else "hf"
 
 
+def vllm_options(backend: str, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
+                 max_model_len: int | None = None, gpus: int | None = None) -> dict[str, Any]:
+    """The options evaluation passes to ``vllm.LLM`` on the resolved ``backend``, checked first.
+
+    ``tensor_parallel_size`` shards every weight matrix over that many GPUs (vLLM's Megatron-style
+    tensor parallelism): the way to evaluate a model that does not fit one GPU. It needs the vllm
+    backend and at least that many GPUs (``gpus``: ``torch.cuda.device_count()`` unless given).
+    On the hf backend the vLLM settings mean nothing, so a tensor-parallel request there is refused
+    instead of silently running on one device."""
+    if tensor_parallel_size < 1:
+        raise ValueError(f"tensor_parallel_size={tensor_parallel_size}: it counts GPUs, so it must be at least 1")
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} is a share of each GPU's memory: "
+                         "give a value in (0, 1], e.g. 0.9")
+    if max_model_len is not None and max_model_len < 1:
+        raise ValueError(f"max_model_len={max_model_len} must be a positive token count, or null for the model's own")
+    if backend != "vllm":
+        if tensor_parallel_size > 1:
+            raise ValueError(
+                f"tensor_parallel_size={tensor_parallel_size} shards the model over GPUs with vLLM, but generation "
+                f"runs on backend={backend}: set backend=vllm on a machine with vllm and {tensor_parallel_size} "
+                "GPUs, or tensor_parallel_size=1")
+        return {}
+    if gpus is None:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    if tensor_parallel_size > gpus:
+        raise ValueError(f"tensor_parallel_size={tensor_parallel_size} needs {tensor_parallel_size} GPUs, but this "
+                         f"machine has {gpus}: lower tensor_parallel_size or run on a machine with more GPUs")
+    options: dict[str, Any] = {"tensor_parallel_size": tensor_parallel_size,
+                               "gpu_memory_utilization": gpu_memory_utilization}
+    if max_model_len is not None:
+        options["max_model_len"] = max_model_len
+    return options
+
+
 def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "float32",
-                batch_size: int = 16, seed: int = 0) -> tuple[LazyEngine, Any]:
+                batch_size: int = 16, seed: int = 0, vllm: Mapping[str, Any] | None = None) -> tuple[LazyEngine, Any]:
     """``(engine, tokenizer)`` for ``model`` (checkpoint folder or hub name) on ``backend``
-    (``auto``: :func:`resolve_backend`).
+    (``auto``: :func:`resolve_backend`); ``vllm``: the settings of :func:`vllm_options`
+    (``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``), checked here.
 
     The engine loads the weights when it is first asked to generate.
     """
     backend = resolve_backend(backend, device)
+    if backend == "vllm":
+        require_vllm("backend=vllm")  # fail now, not after the cache check
+    llm_options = vllm_options(backend, **(vllm or {}))
     if backend == "hf":
         def build() -> Any:
             from reasoning_rl.models import load_pretrained, resolve_device
@@ -72,9 +113,7 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
             return HFEngine(model_obj, tokenizer, batch_size=batch_size)
     elif backend == "vllm":
         def build() -> Any:
-            return VLLMEngine(model, dtype="auto" if dtype == "float32" else dtype, seed=seed)
-
-        require_vllm("backend=vllm")  # fail now, not after the cache check
+            return VLLMEngine(model, dtype="auto" if dtype == "float32" else dtype, seed=seed, **llm_options)
     else:
         raise ValueError(f"unknown generation backend {backend!r}; expected 'auto', 'hf' or 'vllm'")
     return LazyEngine(build), load_tokenizer(model)

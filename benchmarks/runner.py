@@ -159,6 +159,12 @@ class Evaluator:
                         header=self.header(model_info, dataset), show_progress=cfg.progress)
 
 
+def vllm_settings(cfg: EvalConfig) -> dict[str, Any]:
+    """The vLLM engine settings of ``cfg`` (checked by ``benchmarks.generation.vllm_options``)."""
+    return {"tensor_parallel_size": cfg.tensor_parallel_size, "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            "max_model_len": cfg.max_model_len}
+
+
 def run(cfg: EvalConfig) -> list[dict[str, Any]]:
     """Run the invocation described by ``cfg``; return the results dicts (empty when only writing samples)."""
     modes = [k for k in ("model_name_or_path", "samples", "run_dir", "write_reference_samples") if getattr(cfg, k)]
@@ -193,7 +199,8 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
     elif cfg.model_name_or_path:
         from benchmarks.generation import load_engine
 
-        engine, tokenizer = load_engine(cfg.backend, cfg.model_name_or_path, cfg.device, cfg.dtype, cfg.batch_size, cfg.seed)
+        engine, tokenizer = load_engine(cfg.backend, cfg.model_name_or_path, cfg.device, cfg.dtype, cfg.batch_size,
+                                        cfg.seed, vllm=vllm_settings(cfg))
         out = Path(cfg.output_dir) / model_slug(cfg.model_name_or_path)
         results += [evaluator.run_model(spec, engine, tokenizer, cfg.model_name_or_path, out / spec.name) for spec in specs]
     else:
@@ -218,7 +225,8 @@ def run_sweep(evaluator: Evaluator, specs: Sequence[DatasetDefinition]) -> list[
     rows: dict[str, list[dict[str, Any]]] = {s.name: [] for s in specs}
     results = []
     for step, folder in find_checkpoints(run_dir):
-        engine, tokenizer = load_engine(cfg.backend, str(folder), cfg.device, cfg.dtype, cfg.batch_size, cfg.seed)
+        engine, tokenizer = load_engine(cfg.backend, str(folder), cfg.device, cfg.dtype, cfg.batch_size, cfg.seed,
+                                        vllm=vllm_settings(cfg))
         for spec in specs:
             r = evaluator.run_model(spec, engine, tokenizer, str(folder), out / folder.name / spec.name, step=step)
             rows[spec.name].append({"step": step, "checkpoint": folder.name, "metrics": r["metrics"]})

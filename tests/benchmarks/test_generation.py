@@ -1,0 +1,71 @@
+"""Evaluation's generation backends: the vLLM engine settings (tensor parallelism) are checked and
+reach ``vllm.LLM``; CPU tests with a stand-in ``vllm`` module (the real engine's tests are gpu-marked)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from benchmarks.generation import load_engine, vllm_options
+
+
+def test_tensor_parallel_needs_the_vllm_backend() -> None:
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 .* backend=hf: set backend=vllm"):
+        vllm_options("hf", tensor_parallel_size=2)
+    assert vllm_options("hf") == {}  # the defaults mean nothing to hf, and are no error there
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"tensor_parallel_size": 0}, r"tensor_parallel_size=0: it counts GPUs"),
+    ({"tensor_parallel_size": 4}, r"needs 4 GPUs, but this machine has 2"),
+    ({"gpu_memory_utilization": 1.5}, r"gpu_memory_utilization=1.5 is a share"),
+    ({"max_model_len": 0}, r"max_model_len=0 must be a positive token count"),
+])
+def test_bad_vllm_settings_are_refused_with_what_to_change(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        vllm_options("vllm", gpus=2, **settings)
+
+
+def test_vllm_options_for_two_gpus() -> None:
+    assert vllm_options("vllm", tensor_parallel_size=2, gpu_memory_utilization=0.5, max_model_len=2048, gpus=2) == {
+        "tensor_parallel_size": 2, "gpu_memory_utilization": 0.5, "max_model_len": 2048}
+    assert "max_model_len" not in vllm_options("vllm", gpus=1)  # null: vLLM takes the model's own limit
+
+
+class _StandInLLM:
+    """Records the arguments ``vllm.LLM`` is built with; builds nothing."""
+
+    built: list[dict[str, Any]] = []
+
+    def __init__(self, **kwargs: Any) -> None:
+        type(self).built.append(kwargs)
+
+    def get_tokenizer(self) -> str:
+        return "tokenizer"
+
+
+def test_tensor_parallel_size_reaches_the_vllm_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=_StandInLLM))
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
+    monkeypatch.setattr("benchmarks.generation.load_tokenizer", lambda model: "tokenizer")
+    _StandInLLM.built.clear()
+    engine, _ = load_engine("vllm", "org/model", dtype="bfloat16", seed=3,
+                            vllm={"tensor_parallel_size": 2, "gpu_memory_utilization": 0.8, "max_model_len": None})
+    assert _StandInLLM.built == []  # lazily: nothing is loaded before the first generate call
+    engine.engine = engine._build()
+    assert _StandInLLM.built == [{"model": "org/model", "dtype": "bfloat16", "seed": 3,
+                                  "tensor_parallel_size": 2, "gpu_memory_utilization": 0.8}]
+
+
+def test_the_eval_cli_refuses_tensor_parallel_on_hf(tmp_path) -> None:
+    from benchmarks.config import EvalConfig
+    from benchmarks.runner import run
+
+    cfg = EvalConfig(benchmark="arithmetic", model_name_or_path="some/model", backend="hf", tensor_parallel_size=2,
+                     output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 .* backend=hf"):
+        run(cfg)
+    assert not any(tmp_path.iterdir())  # refused before anything was written
