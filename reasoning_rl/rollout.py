@@ -126,6 +126,11 @@ class HFEngine:
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             do_sample=sampling.do_sample,
+            # Each rank generates on its own. transformers turns synced_gpus on for an FSDP-managed
+            # model in a process group, which all-reduces after every token: with rank 0 evaluating
+            # alone that waits forever. Under FSDP the engine runs inside full_parameters
+            # (reasoning_rl.distributed.FullParameterEngine), so no forward needs a collective.
+            synced_gpus=False,
         )
         if sampling.do_sample:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)

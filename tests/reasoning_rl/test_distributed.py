@@ -258,3 +258,23 @@ def test_a_single_process_makes_no_collective_calls(monkeypatch):
     assert distributed.reduce_metrics({"loss/total": 1.0}) == {"loss/total": 1.0}
     assert distributed.rank_seed(7) == 7 and distributed.is_main()
     distributed.barrier()
+
+
+def test_rank_0_alone_generates_from_an_fsdp_policy_without_waiting_for_the_others():
+    """Held-out evaluation runs on rank 0 only. transformers' generate would all-reduce after every
+    token of an FSDP-managed model (synced_gpus), a collective rank 1 never joins: the CLI hung
+    there. The HF engine generates on its own rank."""
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not on PATH")
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([torchrun, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                             str(_free_port()), str(WORKER.with_name("fsdp_generate_worker.py"))],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+        pytest.fail("rank 0's generate waited for the other rank (a collective in generate):\n" + output[-3000:])
+    assert proc.returncode == 0, output[-4000:]
+    assert "completions: [" in output
