@@ -39,7 +39,11 @@ def _free_port() -> int:
 def _launch(world: int, out: Path, run: Path, steps: int, *flags: str) -> subprocess.Popen:
     """dist_worker.py in one process or under torchrun; ``flags``: resume, fsdp, cli."""
     out.mkdir(parents=True, exist_ok=True)
-    args = [str(WORKER), str(out), str(run), str(steps), *flags]
+    return _spawn(world, [str(WORKER), str(out), str(run), str(steps), *flags])
+
+
+def _spawn(world: int, args: list[str]) -> subprocess.Popen:
+    """The script and arguments ``args`` in one process or under torchrun with ``world`` ranks."""
     if world == 1:
         cmd = [sys.executable, *args]
     else:
@@ -264,12 +268,7 @@ def test_rank_0_alone_generates_from_an_fsdp_policy_without_waiting_for_the_othe
     """Held-out evaluation runs on rank 0 only. transformers' generate would all-reduce after every
     token of an FSDP-managed model (synced_gpus), a collective rank 1 never joins: the CLI hung
     there. The HF engine generates on its own rank."""
-    torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not on PATH")
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([torchrun, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
-                             str(_free_port()), str(WORKER.with_name("fsdp_generate_worker.py"))],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = _spawn(2, [str(WORKER.with_name("fsdp_generate_worker.py"))])
     try:
         output, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
