@@ -232,4 +232,27 @@ def load_pretrained(
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     model.to(resolve_device(device))
+    align_tensors(model)
     return model, tokenizer
+
+
+ALIGNMENT_BYTES = 64
+
+
+def align_tensors(model: Any) -> int:
+    """Copy every CPU parameter and buffer that does not start on a 64-byte boundary into a
+    fresh (aligned) allocation; returns how many were copied.
+
+    ``from_pretrained`` can hand out tensors that point into a memory-mapped safetensors file at
+    an 8-byte offset, while a trained model's tensors come from PyTorch's allocator (64-byte
+    aligned). Intel MKL's matrix products may round differently for data at different alignments
+    (its reproducibility guide asks for 64-byte alignment), so a run resumed from a checkpoint
+    would drift from the uninterrupted run at float32 rounding. Copying the few misaligned
+    tensors once at load makes the two compute the same bits. Tied weights stay tied: the
+    parameter object is kept and only its storage replaced."""
+    copied = 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.device.type == "cpu" and tensor.numel() and tensor.data_ptr() % ALIGNMENT_BYTES:
+            tensor.data = tensor.data.clone()
+            copied += 1
+    return copied
