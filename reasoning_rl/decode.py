@@ -16,7 +16,11 @@ tensor ops per layer:
 RMSNorm is ``torch.nn.functional.rms_norm`` (with its own backward); RoPE is
 ``x cos + roll(x, d/2) sin_signed`` (``rotate_half`` without its slices and concatenation; the
 sign flip is exact); RoPE's cos/sin are computed once per batch for every position by the
-model's rotary module, so every ``rope_type`` it supports is honoured.
+model's rotary module, so every ``rope_type`` it supports is honoured; attention is two matmuls
+and a softmax against an additive mask built once per forward (:func:`attention`). When decoding
+a model of at most ``FUSE_MAX_PARAMETERS`` parameters, q/k/v and gate/up are one matmul each
+(:class:`FusedProjections`). A prompt's last layer computes keys and values for every position
+but the rest of the layer only for the last one (``decoder_layer(..., last_only=True)``).
 
 Two users:
 
@@ -25,7 +29,8 @@ Two users:
   place; each distinct prompt is prefilled once; a step's attention stacks the query heads that
   share a key/value head as rows of one matmul (grouped-query attention without repeating keys).
 - :func:`completion_logits` (the trainer's log-probs, ``reasoning_rl.logprobs``): each group's
-  prompt once, then the completions against its keys and values, differentiable.
+  prompt once, then the completions against its keys and values, differentiable; when enough
+  of the completions is right padding, the needed positions run as one packed sequence.
 
 Both equal the module forward up to float rounding: ``tests/reasoning_rl/test_decode.py``
 checks every decode step and the training logits and gradients against it, for Llama and
@@ -46,6 +51,12 @@ import torch.nn.functional as F
 FUSE_MAX_PARAMETERS = 50_000_000
 """Fuse projections up to this size: below it a decode step is bound by kernel launches and
 the transient weight copy is small; above it matmuls dominate and the copy would cost memory."""
+
+PACK_MIN_PADDING = 0.15
+"""The training forward drops right padding (runs the needed completion positions as one
+packed sequence) when at least this fraction of the completion positions is padding. Packing
+costs a gather and a scatter per layer: on the 1M-parameter benchmark model it breaks even at
+about 10% padding and is 30% faster at 47% (docs/performance.md)."""
 
 SUPPORTED_CLASSES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 
@@ -144,9 +155,15 @@ def _concat(*linears: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 def decoder_layer(model: Any, layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                  attend: Attend, fused: FusedProjections | None = None) -> torch.Tensor:
+                  attend: Attend, fused: FusedProjections | None = None, last_only: bool = False) -> torch.Tensor:
     """Hidden states ``h`` ``[B, L, D]`` through one decoder layer; ``attend`` decides which keys
-    and values the new positions see (a cache, a shared prompt's, their own)."""
+    and values the new positions see (a cache, a shared prompt's, their own).
+
+    ``last_only``: keys and values of all L positions still reach ``attend``, but only the last
+    position queries them and goes on through ``W_o`` and the MLP; returns ``[B, 1, D]``. Exact
+    for a model's last layer when only the last position's output is read (a prompt whose keys
+    and values are cached and whose last logit predicts the first new token): every other
+    position's output there feeds nothing, so dropping it changes no logit and no gradient."""
     cfg = model.config
     b, length, _ = h.shape
     heads, d = cfg.num_attention_heads, _head_dim(cfg)
@@ -156,11 +173,14 @@ def decoder_layer(model: Any, layer: Any, h: torch.Tensor, cos: torch.Tensor, si
         qkv = F.linear(a, *fused.qkv).view(b, length, -1, d).transpose(1, 2)  # [B, H + 2 H_kv, L, d]
         kv = (qkv.shape[1] - heads) // 2
         qk = rotate(qkv[:, :heads + kv], cos, sin)
-        att = attend(qk[:, :heads], qk[:, heads:], qkv[:, heads + kv:])  # [B, H, L, d]
+        q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv:]
     else:
         q, k, v = (F.linear(a, m.weight, m.bias).view(b, length, -1, d).transpose(1, 2)
                    for m in (attn.q_proj, attn.k_proj, attn.v_proj))  # [B, heads, L, d]
-        att = attend(rotate(q, cos, sin), rotate(k, cos, sin), v)  # [B, H, L, d]
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    if last_only:
+        q, h, length = q[:, :, -1:], h[:, -1:], 1
+    att = attend(q, k, v)  # [B, H, L, d]
     h = h + F.linear(att.transpose(1, 2).reshape(b, length, heads * d), attn.o_proj.weight, attn.o_proj.bias)
     m = rms_norm(h, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
     if fused is not None:
@@ -176,10 +196,27 @@ def next_token_logits(model: Any, h: torch.Tensor) -> torch.Tensor:
     return F.linear(rms_norm(h, norm.weight, norm.variance_epsilon), model.lm_head.weight, model.lm_head.bias)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``softmax(q k^T / sqrt(d) + mask) v`` over all heads (boolean ``mask``, True = visible)."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=q.shape[-1] ** -0.5,
-                                          enable_gqa=q.shape[1] != k.shape[1])
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True = visible) as the bias :func:`attention` adds to the scores: 0 where
+    a key is visible, -inf where it is hidden. Built once per forward, shared by every layer."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(d) + bias) v`` ``[B, H, L, d]`` over all heads, for ``bias``
+    ``[B, 1, L, S]`` from :func:`additive_mask` (every row must see at least one key).
+
+    Two matmuls and a softmax, with the ``H / H_kv`` query heads that share a key/value head
+    stacked as rows (grouped-query attention without repeating keys and values). For the short
+    sequences of RL on a CPU this is faster, forward and backward, than
+    ``scaled_dot_product_attention``'s flash kernel, whose blocking pays off only for long ones."""
+    b, heads, length, d = q.shape
+    kv = k.shape[1]
+    rep = heads // kv
+    grouped = q.reshape(b, kv, rep * length, d)  # rows: query head r of each key/value head, then position
+    rows_bias = bias if rep == 1 or length == 1 else bias.repeat(1, 1, rep, 1)  # [B, 1, rep*L, S]
+    scores = torch.matmul(grouped, k.transpose(-1, -2)) * d ** -0.5 + rows_bias
+    return torch.matmul(scores.softmax(dim=-1), v).view(b, heads, length, d)
 
 
 def _head_dim(cfg: Any) -> int:
@@ -243,17 +280,19 @@ class LeanDecoder:
         # One row holding each prompt (any one: rows with equal ids have equal masks and positions).
         first = torch.empty(unique.shape[0], dtype=torch.long, device=device).scatter_(
             0, inverse, torch.arange(b, device=device))
-        mask = prompt_mask(valid[first, :p])  # [U, 1, P, P]
+        mask = additive_mask(prompt_mask(valid[first, :p]), dtype)  # [U, 1, P, P]
         cos, sin = self._cos[first, :, :p], self._sin[first, :, :p]
         h = self.model.model.embed_tokens.weight[unique]  # [U, P, D]
-        for layer, fused, keys, values in zip(self.layers, self.fused, self._keys, self._values):
+        last = len(self.layers) - 1
+        for i, (layer, fused, keys, values) in enumerate(zip(self.layers, self.fused, self._keys, self._values)):
             def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        keys: torch.Tensor = keys, values: torch.Tensor = values) -> torch.Tensor:
-                keys[:, :, :p] = k[inverse]
-                values[:, :, :p] = v[inverse]
-                return attention(q, k, v, mask)
-            h = decoder_layer(self.model, layer, h, cos, sin, attend, fused)
-        return next_token_logits(self.model, h[:, -1])[inverse]
+                keys[:, :, :p] = k.index_select(0, inverse)
+                values[:, :, :p] = v.index_select(0, inverse)
+                return attention(q, k, v, mask[:, :, -q.shape[2]:])
+            # Only the last position's output of the last layer is read (its logit predicts token 0).
+            h = decoder_layer(self.model, layer, h, cos, sin, attend, fused, last_only=i == last)
+        return next_token_logits(self.model, h[:, -1]).index_select(0, inverse)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Append one token per row ``[B]`` and return the next-token logits ``[B, V]``."""
@@ -266,20 +305,9 @@ class LeanDecoder:
                        keys: torch.Tensor = keys, values: torch.Tensor = values) -> torch.Tensor:
                 keys[:, :, start:end] = k
                 values[:, :, start:end] = v
-                return decode_attention(q, keys[:, :, :end], values[:, :, :end], bias)
+                return attention(q, keys[:, :, :end], values[:, :, :end], bias)
             h = decoder_layer(self.model, layer, h, cos, sin, attend, fused)
         return next_token_logits(self.model, h[:, -1])
-
-
-def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """One query per row: ``softmax(q k^T / sqrt(d) + bias) v`` ``[B, H, 1, d]``, with the
-    ``H / H_kv`` query heads that share a key/value head stacked as rows of one matmul
-    (grouped-query attention without repeating keys and values)."""
-    b, heads, _, d = q.shape
-    kv = keys.shape[1]
-    grouped = q.reshape(b, kv, heads // kv, d)  # [B, H_kv, H/H_kv, d]
-    scores = torch.matmul(grouped, keys.transpose(-1, -2)).mul_(d ** -0.5).add_(bias)  # [B, H_kv, H/H_kv, S]
-    return torch.matmul(scores.softmax(dim=-1), values).view(b, heads, 1, d)
 
 
 def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -292,30 +320,75 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
     Each distinct prompt runs once; its keys and values are repeated G times
     (``repeat_interleave``: the G copies' gradients add up in the shared prompt) and the
     completion tokens attend to them and causally to each other. Right padding needs no mask:
-    a pad sits after every real token of its row, so causality hides it."""
+    a pad sits after every real token of its row, so causality hides it. When at least
+    ``PACK_MIN_PADDING`` of the completion positions are padding, the needed ones (those whose
+    target is a real token) go through the projections and the MLP as one ``[1, N, D]``
+    sequence, and only attention sees the rows' layout (:class:`_Packing`); the padded
+    positions' logits are then 0 (the caller masks them). The projections are not fused here:
+    with autograd on, concatenating the weights and splitting their gradient cost more than the
+    matmuls it saves (3-5% slower on the 1M benchmark model, 8% on the 34M one)."""
     n, width = input_ids.shape
     p, g = completion_start, group_size
     valid = attention_mask[::g, :p].bool()  # [U, P]
     cos, sin = rope_tables(model, position_ids)  # [B, 1, W, d]
     h = model.model.embed_tokens.weight[input_ids[::g, :p]]  # [U, P, D]
-    mask = prompt_mask(valid)
+    mask = additive_mask(prompt_mask(valid), h.dtype)
     prompt_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for layer in model.model.layers:
+    last = len(model.model.layers) - 1
+    for i, layer in enumerate(model.model.layers):
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             prompt_kv.append((k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)))
-            return attention(q, k, v, mask)
-        h = decoder_layer(model, layer, h, cos[::g, :, :p], sin[::g, :, :p], attend)
+            return attention(q, k, v, mask[:, :, -q.shape[2]:])
+        # The prompt's last layer: keys and values of every position, output of the last only.
+        h = decoder_layer(model, layer, h, cos[::g, :, :p], sin[::g, :, :p], attend, last_only=i == last)
     first = next_token_logits(model, h[:, -1:]).repeat_interleave(g, dim=0)  # [B, 1, V]
     if width - p == 1:
         return first
     length = width - p - 1
     causal = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()
-    mask = torch.cat([valid.repeat_interleave(g, dim=0)[:, None, None, :].expand(n, 1, length, p),
-                      causal.expand(n, 1, length, length)], dim=-1)  # [B, 1, L-1, P+L-1]
-    h = model.model.embed_tokens.weight[input_ids[:, p:-1]]  # [B, L-1, D]
+    mask = additive_mask(torch.cat([valid.repeat_interleave(g, dim=0)[:, None, None, :].expand(n, 1, length, p),
+                                    causal.expand(n, 1, length, length)], dim=-1), h.dtype)  # [B, 1, L-1, P+L-1]
+    cos, sin = cos[:, :, p:-1], sin[:, :, p:-1]  # [B, 1, L-1, d]
+    # Input t of a completion is needed only when its target t + 1 is a real token; the others
+    # are right padding, after every real token of their row.
+    needed = attention_mask[:, p + 1:].bool()  # [B, L-1]
+    padding = 1.0 - float(needed.sum()) / needed.numel()
+    if padding < PACK_MIN_PADDING:
+        h = model.model.embed_tokens.weight[input_ids[:, p:-1]]  # [B, L-1, D]
+        for layer, (prompt_k, prompt_v) in zip(model.model.layers, prompt_kv):
+            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       prompt_k: torch.Tensor = prompt_k, prompt_v: torch.Tensor = prompt_v) -> torch.Tensor:
+                return attention(q, torch.cat([prompt_k, k], dim=2), torch.cat([prompt_v, v], dim=2), mask)
+            h = decoder_layer(model, layer, h, cos, sin, attend)
+        return torch.cat([first, next_token_logits(model, h)], dim=1)
+    # Padding-free: the needed inputs of all rows as one sequence of N tokens [1, N, D] through
+    # the projections and the MLP; only attention sees the rows' [B, H, L-1, d] layout.
+    rows = _Packing(needed)
+    h = model.model.embed_tokens.weight[rows.pack(input_ids[:, p:-1])][None]  # [1, N, D]
+    cos, sin = (rows.pack(t.squeeze(1))[None, None] for t in (cos, sin))  # [1, 1, N, d]
     for layer, (prompt_k, prompt_v) in zip(model.model.layers, prompt_kv):
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    prompt_k: torch.Tensor = prompt_k, prompt_v: torch.Tensor = prompt_v) -> torch.Tensor:
-            return attention(q, torch.cat([prompt_k, k], dim=2), torch.cat([prompt_v, v], dim=2), mask)
-        h = decoder_layer(model, layer, h, cos[:, :, p:-1], sin[:, :, p:-1], attend)
-    return torch.cat([first, next_token_logits(model, h)], dim=1)
+            q, k, v = (rows.unpack(x[0].transpose(0, 1)).transpose(1, 2) for x in (q, k, v))  # [B, heads, L-1, d]
+            out = attention(q, torch.cat([prompt_k, k], dim=2), torch.cat([prompt_v, v], dim=2), mask)
+            return rows.pack(out.transpose(1, 2)).transpose(0, 1)[None]  # [1, H, N, d]
+        h = decoder_layer(model, layer, h, cos, sin, attend)
+    return torch.cat([first, rows.unpack(next_token_logits(model, h[0]))], dim=1)
+
+
+class _Packing:
+    """Between a right-padded ``[B, L, ...]`` layout and the ``[N, ...]`` sequence of its N
+    needed positions (``needed`` ``[B, L]``, row-major order). Both ways are differentiable."""
+
+    def __init__(self, needed: torch.Tensor) -> None:
+        self.shape = needed.shape
+        self.index = needed.flatten().nonzero().squeeze(1)  # [N]
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, L, ...]`` -> ``[N, ...]``."""
+        return x.flatten(0, 1).index_select(0, self.index)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """``[N, ...]`` -> ``[B, L, ...]``, zeros at the positions that are not needed."""
+        flat = x.new_zeros((self.shape.numel(), *x.shape[1:])).index_copy(0, self.index, x)
+        return flat.view(*self.shape, *x.shape[1:])

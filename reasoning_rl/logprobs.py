@@ -20,14 +20,18 @@ from reasoning_rl.batching import pack
 from reasoning_rl.decode import completion_logits, lean_decoder_support
 
 
-def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor, chunk_rows: int = 4) -> torch.Tensor:
-    """log_softmax(logits)[..., tokens] for ``logits [B, L, V]``, ``tokens [B, L]``.  # [B, L]"""
-    out = []
-    for start in range(0, logits.shape[0], chunk_rows):
-        rows = logits[start:start + chunk_rows]  # [b, L, V]
-        chosen = rows.gather(-1, tokens[start:start + chunk_rows].unsqueeze(-1)).squeeze(-1)  # [b, L]
-        out.append(chosen - torch.logsumexp(rows, dim=-1))
-    return torch.cat(out, dim=0)
+def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor, chunk_rows: int | None = None,
+                          chunk_elements: int = 1 << 24) -> torch.Tensor:
+    """log_softmax(logits)[..., tokens] for ``logits [B, L, V]``, ``tokens [B, L]``.  # [B, L]
+
+    Rows go through ``logsumexp`` ``chunk_rows`` at a time (default: as many as fit in
+    ``chunk_elements`` logits, at least one), which bounds its ``[b, L, V]`` temporary for a
+    large vocabulary; a small one is done in one call."""
+    if chunk_rows is None:
+        chunk_rows = max(1, chunk_elements // max(1, logits.shape[1] * logits.shape[2]))
+    parts = [rows.gather(-1, chosen.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(rows, dim=-1)  # [b, L]
+             for rows, chosen in zip(logits.split(chunk_rows), tokens.split(chunk_rows))]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

@@ -118,10 +118,15 @@ def test_fused_and_plain_projections_give_the_same_logits(fuse):
     torch.testing.assert_close(logits, plain, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("arch,kv_heads,group_size", [("llama", 2, 2), ("qwen2", 3, 1), ("qwen2", 1, 4)])
-def test_training_logits_and_gradients_are_the_module_forward(arch, kv_heads, group_size):
-    from reasoning_rl.decode import completion_logits
+def test_training_logits_and_gradients_are_the_module_forward(arch, kv_heads, group_size, packed, monkeypatch):
+    # packed: the completions' right padding dropped (one packed sequence), or kept.
+    from reasoning_rl import decode
     from reasoning_rl.logprobs import _shared_prompt_logits
+
+    monkeypatch.setattr(decode, "PACK_MIN_PADDING", 0.0 if packed else 2.0)
+    completion_logits = decode.completion_logits
 
     model, tok = _model(arch, kv_heads)
     model.train()

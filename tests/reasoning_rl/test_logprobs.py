@@ -32,6 +32,8 @@ def test_selective_log_softmax_matches_log_softmax_gather():
     tokens = torch.randint(0, 11, (5, 7))
     expected = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(selective_log_softmax(logits, tokens, chunk_rows=2), expected)
+    torch.testing.assert_close(selective_log_softmax(logits, tokens), expected)  # one chunk
+    torch.testing.assert_close(selective_log_softmax(logits, tokens, chunk_elements=7 * 11 * 3), expected)  # 3 rows each
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
