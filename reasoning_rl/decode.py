@@ -89,11 +89,13 @@ def lean_decoder_support(model: Any) -> str | None:
                 return f"mlp.{proj} is not a plain nn.Linear (an adapter or quantised layer)"
     if type(inner.embed_tokens) is not torch.nn.Embedding or type(model.lm_head) is not torch.nn.Linear:
         return "the embedding or the LM head is not a plain nn.Embedding / nn.Linear"
-    for name, module in model.named_modules():
+    if model.training and getattr(cfg, "attention_dropout", 0.0):
+        return f"attention_dropout={cfg.attention_dropout} in training mode (the lean forward has no dropout)"
+    for name, module in model.named_modules(remove_duplicate=False):  # one walk: hooks and parameters
         if module._forward_hooks or module._forward_pre_hooks:
             return f"forward hooks on {name or 'the model'} (they would be skipped)"
-    if any(type(p) is not torch.nn.Parameter for p in model.parameters()):
-        return "parameters that are not plain tensors (sharded or wrapped)"
+        if any(p is not None and type(p) is not torch.nn.Parameter for p in module._parameters.values()):
+            return "parameters that are not plain tensors (sharded or wrapped)"
     return None
 
 

@@ -147,7 +147,7 @@ def _shared_prompt_logits(
     rows' positions: their prompt slice depends on the prompt alone, so it is the same
     for every row of a group.
     """
-    n, width = input_ids.shape
+    width = input_ids.shape[1]
     _check_groups(input_ids, completion_start, group_size)
     p = completion_start
     prompt_ids, prompt_mask = input_ids[::group_size, :p], attention_mask[::group_size, :p]  # [B/G, P]

@@ -98,6 +98,7 @@ class HFEngine:
     ) -> list[list[Completion]]:
         """``n`` completions for each prompt, grouped per prompt, in prompt order."""
         from reasoning_rl.distributed import rank_seed
+        from reasoning_rl.models import set_training
 
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -105,7 +106,8 @@ class HFEngine:
         if seed is not None:
             torch.manual_seed(seed)
         was_training = self.model.training
-        self.model.eval()
+        if self._needs_eval_mode():
+            set_training(self.model, False)
         try:
             flat: list[Completion] = []
             # Repeat each prompt n times so one padded batch holds whole groups.
@@ -113,8 +115,12 @@ class HFEngine:
             for start in range(0, len(expanded), self.batch_size):
                 flat.extend(self._generate_batch(expanded[start:start + self.batch_size], sampling))
         finally:
-            self.model.train(was_training)
+            set_training(self.model, was_training)
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def _needs_eval_mode(self) -> bool:
+        """``generate`` runs the model's modules, whose dropout must be off while sampling."""
+        return True
 
     def _generate_batch(self, prompts: list[str], sampling: SamplingConfig) -> list[Completion]:
         tok = self.tokenizer
@@ -183,6 +189,13 @@ class NativeEngine(HFEngine):
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, lean: bool = True) -> None:
         super().__init__(model, tokenizer, batch_size)
         self.lean = lean
+
+    def _needs_eval_mode(self) -> bool:
+        """Not for the lean decoder: it reads the weights and has no dropout in either mode, so
+        the policy stays in training mode (switching costs a walk over every module)."""
+        from reasoning_rl.decode import lean_decoder_support
+
+        return not (self.lean and lean_decoder_support(self.model) is None)
 
     @torch.inference_mode()
     def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingConfig,

@@ -294,13 +294,14 @@ class VLLMRolloutEngine:
         """The trainer's log-probs of the sampled tokens (temperature and top-k/top-p support as in the
         loss) against the engine's (:func:`logprob_mismatch`)."""
         from reasoning_rl.logprobs import frozen_logprobs
+        from reasoning_rl.models import set_training
 
         rows = [c for c in completions if c.logprobs is not None and c.token_ids]
         if not rows or self.trainer_model is None:
             return {}
         model = self.trainer_model
         was_training = model.training
-        model.eval()
+        set_training(model, False)
         try:
             with torch.no_grad():
                 trainer = frozen_logprobs(model, [c.prompt_token_ids for c in rows], [c.token_ids for c in rows],
@@ -309,7 +310,7 @@ class VLLMRolloutEngine:
                                           top_k=sampling.top_k if sampling.do_sample else 0,
                                           top_p=sampling.top_p if sampling.do_sample else 1.0)
         finally:
-            model.train(was_training)
+            set_training(model, was_training)
         return logprob_mismatch([c.logprobs or [] for c in rows], trainer)
 
     def pop_metrics(self) -> dict[str, float]:

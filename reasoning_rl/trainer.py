@@ -41,7 +41,7 @@ from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.heldout import evaluate_heldout
 from reasoning_rl.memory import memory_report
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics
-from reasoning_rl.models import load_model, load_pretrained
+from reasoning_rl.models import load_model, load_pretrained, set_training
 from reasoning_rl.prompt_sampler import PromptSampler
 from reasoning_rl.rollout import HFEngine, SamplingConfig, make_engine
 from reasoning_rl.tasks import Task
@@ -252,7 +252,7 @@ class Trainer:
             result = evaluate_heldout(self.engine, self.eval_examples, self.reward, self.sampling,
                                       self.cfg.evaluation.samples_per_problem, seed=self.cfg.trainer.seed,
                                       timeout=self.cfg.rollout.reward_timeout, pool=self.pool)
-            self.model.train()
+            set_training(self.model, True)
             distributed.barrier()
         return result.as_dict()
 

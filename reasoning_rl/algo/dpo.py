@@ -40,6 +40,7 @@ from reasoning_rl.algo.rft import offline_metrics
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.batching import pack
 from reasoning_rl.logprobs import completion_logprobs, frozen_logprobs
+from reasoning_rl.models import set_training
 
 PAIRS_FILE = "dpo_pairs.jsonl"
 
@@ -122,7 +123,7 @@ class DPO(LikelihoodAlgorithm):
         flat = [p for slot in slots for p in slot]
         prompts = [p.prompt_token_ids for p in flat for _ in (0, 1)]
         completions = [c for p in flat for c in (p.chosen, p.rejected)]
-        ctx.model.eval()
+        set_training(ctx.model, False)
         ref = frozen_logprobs(ctx.model, prompts, completions, ctx.tokenizer.pad_token_id, ctx.sampling.temperature,
                               self.cfg.micro_batch_size) if flat else []
         for i, p in enumerate(flat):
@@ -135,7 +136,7 @@ class DPO(LikelihoodAlgorithm):
         metrics = offline_metrics(self.offline.slots[step])
         # The one place the batch's denominators are computed: here P, the step's pairs.
         norm = LossNormalizer.for_batch([1] * len(pairs))
-        ctx.model.train()
+        set_training(ctx.model, True)
         t0 = time.perf_counter()
         loss_total, margins = 0.0, []
         per_pair = max(1, a.micro_batch_size // 2)  # two sequences per pair

@@ -24,6 +24,7 @@ from reasoning_rl.algo.likelihood import weighted_nll
 from reasoning_rl.algo.losses import LossNormalizer
 from reasoning_rl.batching import pack
 from reasoning_rl.logprobs import completion_logprobs
+from reasoning_rl.models import set_training
 from reasoning_rl.optim import build_optimizer, clip_and_measure
 
 
@@ -71,7 +72,7 @@ class LikelihoodAlgorithm(Algorithm):
         # The one place the batch's denominators are computed (reasoning_rl.algo.losses).
         norm = LossNormalizer.for_batch([len(c) for c in completions])
         rows = [i for i in range(len(completions)) if float(coefficients[i]) != 0.0]
-        ctx.model.train()
+        set_training(ctx.model, True)
         t0 = time.perf_counter()
         loss_total, nll_tokens, nll_sum = 0.0, 0.0, 0.0
         for s in range(0, len(rows), a.micro_batch_size):

@@ -43,6 +43,7 @@ from reasoning_rl.groups import (
     select_groups,
 )
 from reasoning_rl.logprobs import completion_logprobs, frozen_logprobs, pad_rows
+from reasoning_rl.models import set_training
 from reasoning_rl.optim import build_optimizer, clip_and_measure
 from reasoning_rl.reference import frozen_reference, reset_reference
 
@@ -206,13 +207,13 @@ class GRPO(Algorithm):
         mb, group = self._micro_batch()
         t_start = time.perf_counter()
         if a.num_iterations > 1:
-            model.eval()
+            set_training(model, False)
             old = frozen_logprobs(model, prompts, comps, pad, temperature, mb, group, **support)
         else:
             old = None  # mu == 1: pi_old == pi_theta, the ratio is exactly 1 (detached copy below)
         ref = frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, group, **support) \
             if self.ref_model is not None else None
-        model.train()
+        set_training(model, True)
         seconds = {"logprobs": time.perf_counter() - t_start, "policy": 0.0, "optimizer": 0.0}
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses).
         norm = LossNormalizer.for_batch([len(c) for c in comps], max_tokens=ctx.sampling.max_new_tokens)

@@ -61,6 +61,7 @@ from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.batching import PackedBatch, pack
 from reasoning_rl.groups import ScoredGroups, completion_rows, rollout_metrics, sample_and_score
 from reasoning_rl.logprobs import completion_logprobs, frozen_logprobs, pad_rows
+from reasoning_rl.models import set_training
 from reasoning_rl.optim import build_optimizer, clip_and_measure
 from reasoning_rl.reference import frozen_reference
 
@@ -267,8 +268,8 @@ class PPO(Algorithm):
         comps = [c.token_ids if c.token_ids else [ctx.tokenizer.eos_token_id] for c in groups.completions]
         pad, temperature, mb = ctx.tokenizer.pad_token_id, ctx.sampling.temperature, a.micro_batch_size
         support = {"top_k": ctx.sampling.top_k, "top_p": ctx.sampling.top_p}  # the sampled distribution
-        ctx.model.eval()
-        self.critic.eval()
+        set_training(ctx.model, False)
+        set_training(self.critic, False)
         width = max(len(c) for c in comps)
         old_logp = pad_rows(frozen_logprobs(ctx.model, prompts, comps, pad, temperature, mb, **support), width)
         ref_logp = None if self.ref_model is None else pad_rows(
@@ -310,8 +311,8 @@ class PPO(Algorithm):
         policy_params, critic_params = list(model.parameters()), critic.own_parameters()
         sums = {k: 0.0 for k in ("loss", "policy", "value", "clip_low", "clip_high", "clip_value", "ratio",
                                  "entropy", "grad_norm", "critic_grad_norm")}
-        model.train()
-        critic.train()
+        set_training(model, True)
+        set_training(critic, True)
         for _ in range(a.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             self.critic_optimizer.zero_grad(set_to_none=True)

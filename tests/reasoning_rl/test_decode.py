@@ -80,6 +80,10 @@ def test_an_unknown_model_is_refused_with_a_reason():
     assert "self_attn.q_proj is not a plain nn.Linear" in lean_decoder_support(model)
     model.model.layers[1].self_attn.q_proj = original
     assert lean_decoder_support(model) is None
+    model.config.attention_dropout = 0.1  # dropout is applied in training mode only
+    assert "attention_dropout=0.1 in training mode" in lean_decoder_support(model.train())
+    assert lean_decoder_support(model.eval()) is None
+    model.config.attention_dropout = 0.0
     model.config.hidden_act = "gelu"
     assert "hidden_act='gelu'" in lean_decoder_support(model)
     with pytest.raises(ValueError, match="LeanDecoder cannot run this model: hidden_act"):
@@ -93,6 +97,23 @@ def test_the_engine_samples_the_same_tokens_with_and_without_it():
     lean = NativeEngine(model, tok).generate(PROMPTS[:2], 4, sampling, seed=5)
     module = NativeEngine(model, tok, lean=False).generate(PROMPTS[:2], 4, sampling, seed=5)
     assert [[c.token_ids for c in g] for g in lean] == [[c.token_ids for c in g] for g in module]
+
+
+def test_the_engine_leaves_a_training_policy_in_training_mode_and_samples_as_in_eval_mode():
+    # The lean decoder has no dropout in either mode: the engine does not switch the policy's
+    # mode (a walk over every module), and its samples are those of the model in eval mode.
+    model, tok = _model("llama", 2)
+    sampling = SamplingConfig(max_new_tokens=6)
+    in_eval = NativeEngine(model.eval(), tok).generate(PROMPTS[:2], 3, sampling, seed=2)
+    model.train()
+    switches = []
+    original = model.train
+    model.train = lambda mode=True: switches.append(mode) or original(mode)
+    in_training = NativeEngine(model, tok).generate(PROMPTS[:2], 3, sampling, seed=2)
+    assert switches == [] and model.training
+    assert [[c.token_ids for c in g] for g in in_training] == [[c.token_ids for c in g] for g in in_eval]
+    NativeEngine(model, tok, lean=False).generate(PROMPTS[:2], 1, sampling, seed=2)  # the module path needs eval
+    assert switches == [False, True] and model.training
 
 
 def test_the_engine_follows_an_in_place_weight_update():
@@ -156,4 +177,4 @@ def test_training_logits_and_gradients_are_the_module_forward(arch, kv_heads, gr
     torch.testing.assert_close(lean * real, module * real, rtol=1e-5, atol=1e-5)
     for name, grad in module_grads.items():  # float32 rounding relative to the gradient's scale (in float64 they agree to 4e-16 of it)
         scale = max(1.0, grad.abs().max().item())
-        torch.testing.assert_close(lean_grads[name], grad, rtol=1e-4, atol=2e-6 * scale, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(lean_grads[name], grad, rtol=1e-4, atol=2e-6 * scale, msg=lambda m, name=name: f"{name}: {m}")

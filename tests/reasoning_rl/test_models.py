@@ -1,9 +1,17 @@
 """Loading a saved model: every tensor comes back 64-byte aligned, equal to what was saved, with
-tied weights still one tensor (so a resumed run computes the same bits as an uninterrupted one)."""
+tied weights still one tensor (so a resumed run computes the same bits as an uninterrupted one).
+Switching modes only when the mode changes."""
 
 import torch
 
-from reasoning_rl.models import ALIGNMENT_BYTES, TinyModelConfig, align_tensors, build_tiny_model, load_pretrained
+from reasoning_rl.models import (
+    ALIGNMENT_BYTES,
+    TinyModelConfig,
+    align_tensors,
+    build_tiny_model,
+    load_pretrained,
+    set_training,
+)
 
 
 def test_a_loaded_model_is_aligned_equal_and_still_tied(tmp_path):
@@ -31,3 +39,16 @@ def test_misaligned_tensors_are_copied_and_keep_their_values():
     assert align_tensors(model) == 1
     assert weight.data_ptr() % ALIGNMENT_BYTES == 0 and torch.equal(weight.detach(), buffer[1:])
     assert model.model.norm.weight is weight
+
+
+def test_set_training_switches_only_when_the_mode_changes():
+    model, _ = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64))
+    calls = []
+    original = model.train
+    model.train = lambda mode=True: calls.append(mode) or original(mode)
+    model.training = True
+    set_training(model, True)
+    assert calls == []
+    set_training(model, False)
+    set_training(model, False)
+    assert calls == [False] and not model.training and not model.model.layers[0].training
