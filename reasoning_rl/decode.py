@@ -284,7 +284,7 @@ class LeanDecoder:
             0, inverse, torch.arange(b, device=device))
         mask = additive_mask(prompt_mask(valid[first, :p]), dtype)  # [U, 1, P, P]
         cos, sin = self._cos[first, :, :p], self._sin[first, :, :p]
-        h = self.model.model.embed_tokens.weight[unique]  # [U, P, D]
+        h = F.embedding(unique, self.model.model.embed_tokens.weight)  # [U, P, D]
         last = len(self.layers) - 1
         for i, (layer, fused, keys, values) in enumerate(zip(self.layers, self.fused, self._keys, self._values)):
             def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -300,7 +300,7 @@ class LeanDecoder:
         """Append one token per row ``[B]`` and return the next-token logits ``[B, V]``."""
         start = self._length
         end = self._length = start + 1
-        h = self.model.model.embed_tokens.weight[tokens[:, None]]  # [B, 1, D]
+        h = F.embedding(tokens[:, None], self.model.model.embed_tokens.weight)  # [B, 1, D]
         cos, sin, bias = self._cos[:, :, start:end], self._sin[:, :, start:end], self._bias[..., :end]
         for layer, fused, keys, values in zip(self.layers, self.fused, self._keys, self._values):
             def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -333,7 +333,7 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
     p, g = completion_start, group_size
     valid = attention_mask[::g, :p].bool()  # [U, P]
     cos, sin = rope_tables(model, position_ids)  # [B, 1, W, d]
-    h = model.model.embed_tokens.weight[input_ids[::g, :p]]  # [U, P, D]
+    h = F.embedding(input_ids[::g, :p], model.model.embed_tokens.weight)  # [U, P, D]
     mask = additive_mask(prompt_mask(valid), h.dtype)
     prompt_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
     last = len(model.model.layers) - 1
@@ -356,7 +356,7 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
     needed = attention_mask[:, p + 1:].bool()  # [B, L-1]
     padding = 1.0 - float(needed.sum()) / needed.numel()
     if padding < PACK_MIN_PADDING:
-        h = model.model.embed_tokens.weight[input_ids[:, p:-1]]  # [B, L-1, D]
+        h = F.embedding(input_ids[:, p:-1], model.model.embed_tokens.weight)  # [B, L-1, D]
         for layer, (prompt_k, prompt_v) in zip(model.model.layers, prompt_kv):
             def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        prompt_k: torch.Tensor = prompt_k, prompt_v: torch.Tensor = prompt_v) -> torch.Tensor:
@@ -366,7 +366,7 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
     # Padding-free: the needed inputs of all rows as one sequence of N tokens [1, N, D] through
     # the projections and the MLP; only attention sees the rows' [B, H, L-1, d] layout.
     rows = _Packing(needed)
-    h = model.model.embed_tokens.weight[rows.pack(input_ids[:, p:-1])][None]  # [1, N, D]
+    h = F.embedding(rows.pack(input_ids[:, p:-1]), model.model.embed_tokens.weight)[None]  # [1, N, D]
     cos, sin = (rows.pack(t.squeeze(1))[None, None] for t in (cos, sin))  # [1, 1, N, d]
     for layer, (prompt_k, prompt_v) in zip(model.model.layers, prompt_kv):
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -125,8 +125,13 @@ class HFEngine:
     def _generate_batch(self, prompts: list[str], sampling: SamplingConfig) -> list[Completion]:
         tok = self.tokenizer
         device = next(self.model.parameters()).device
-        enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False,
-                  padding_side="left").to(device)
+        # A batch holds whole groups (each prompt n times): tokenize each distinct prompt once.
+        unique = list(dict.fromkeys(prompts))
+        row_of = {p: i for i, p in enumerate(unique)}
+        rows = torch.tensor([row_of[p] for p in prompts])
+        enc = tok(unique, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+        unique_ids = [ids[mask.bool()].tolist() for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
+        input_ids, attention_mask = enc["input_ids"][rows].to(device), enc["attention_mask"][rows].to(device)
         kwargs: dict[str, Any] = dict(
             max_new_tokens=sampling.max_new_tokens,
             pad_token_id=tok.pad_token_id,
@@ -142,9 +147,8 @@ class HFEngine:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        new_tokens = self._sample(enc["input_ids"], enc["attention_mask"], sampling, kwargs).tolist()
-        prompt_ids = [row[mask.bool()].tolist() for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
-        return [self._finish(ids, sampling, p) for ids, p in zip(new_tokens, prompt_ids)]
+        new_tokens = self._sample(input_ids, attention_mask, sampling, kwargs).tolist()
+        return [self._finish(ids, sampling, list(unique_ids[r])) for ids, r in zip(new_tokens, rows.tolist())]
 
     def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingConfig,
                 generate_kwargs: dict[str, Any]) -> torch.Tensor:
