@@ -129,6 +129,31 @@ def test_the_engine_follows_an_in_place_weight_update():
     assert [g[0].token_ids for g in after] == [g[0].token_ids for g in reference] != [g[0].token_ids for g in before]
 
 
+@pytest.mark.parametrize("kv_heads", [6, 2])
+def test_matmul_attention_equals_scaled_dot_product_attention(kv_heads, monkeypatch):
+    # Short sequences on a CPU take two matmuls; long ones (here forced) scaled_dot_product_attention.
+    from reasoning_rl import decode
+
+    torch.manual_seed(0)
+    q = torch.randn(3, 6, 5, 8, requires_grad=True)
+    k, v = (torch.randn(3, kv_heads, 9, 8, requires_grad=True) for _ in range(2))
+    visible = torch.ones(3, 1, 5, 9, dtype=torch.bool).tril(4)
+    visible[0, :, :, :2] = False  # left padding of row 0
+    bias = decode.additive_mask(visible, torch.float32)
+
+    def run():
+        out = decode.attention(q, k, v, bias)
+        grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), (q, k, v))
+        return out.detach(), grads
+
+    matmul = run()
+    monkeypatch.setattr(decode, "MATMUL_ATTENTION_MAX_SCORES", 0)
+    sdpa = run()
+    torch.testing.assert_close(matmul[0], sdpa[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(matmul[1], sdpa[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("fuse", [True, False])
 def test_fused_and_plain_projections_give_the_same_logits(fuse):
     model, tok = _model("qwen2", 3)
