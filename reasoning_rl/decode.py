@@ -19,7 +19,7 @@ sign flip is exact); RoPE's cos/sin are computed once per batch for every positi
 model's rotary module, so every ``rope_type`` it supports is honoured; attention is two matmuls
 and a softmax against an additive mask built once per forward (:func:`attention`). When decoding
 a model of at most ``FUSE_MAX_PARAMETERS`` parameters, q/k/v and gate/up are one matmul each
-(:class:`FusedProjections`). A prompt's last layer computes keys and values for every position
+(:class:`LayerWeights` with ``fuse``). A prompt's last layer computes keys and values for every position
 but the rest of the layer only for the last one (``decoder_layer(..., last_only=True)``).
 
 Two users:
@@ -144,26 +144,61 @@ Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """(q ``[B, H, L, d]``, k, v ``[B, H_kv, L, d]`` of the new positions) -> attention output ``[B, H, L, d]``."""
 
 
-class FusedProjections:
-    """One layer's q/k/v and gate/up weights concatenated, so each group is one matmul: fewer
-    kernel launches where launches cost more than arithmetic (a small model's decode step). A
-    copy, taken under ``torch.inference_mode`` for one ``generate`` call."""
+Linear = tuple[torch.Tensor, torch.Tensor | None]
+"""A projection's (weight, bias), the arguments of ``F.linear``."""
 
-    def __init__(self, layer: Any) -> None:
+
+class LayerWeights:
+    """One decoder layer's tensors and sizes, read once from its modules: the parameters
+    themselves (no copies), so gradients reach them and in-place optimiser updates are seen.
+    Reading them per call through ``nn.Module`` attribute lookups and the model config cost
+    ~14 us a layer, i.e. ~1 ms per generated sequence batch.
+
+    ``fuse``: also one layer's q/k/v and gate/up weights concatenated, so each group is one
+    matmul: fewer kernel launches where launches cost more than arithmetic (a small model's
+    decode step). A copy, taken under ``torch.inference_mode`` for one ``generate`` call."""
+
+    __slots__ = (
+        "down",
+        "gate",
+        "gate_up",
+        "head_dim",
+        "heads",
+        "k",
+        "norm_in",
+        "norm_post",
+        "o",
+        "q",
+        "qkv",
+        "up",
+        "v",
+    )
+
+    def __init__(self, layer: Any, config: Any, fuse: bool = False) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        self.qkv = _concat(attn.q_proj, attn.k_proj, attn.v_proj)
-        self.gate_up = _concat(mlp.gate_proj, mlp.up_proj)
+        self.heads, self.head_dim = config.num_attention_heads, _head_dim(config)
+        self.norm_in = layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon
+        self.norm_post = layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon
+        self.q, self.k, self.v, self.o = ((m.weight, m.bias) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj))
+        self.gate, self.up, self.down = ((m.weight, m.bias) for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
+        self.qkv = _concat(attn.q_proj, attn.k_proj, attn.v_proj) if fuse else None
+        self.gate_up = _concat(mlp.gate_proj, mlp.up_proj) if fuse else None
 
 
-def _concat(*linears: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+def layer_weights(model: Any, fuse: bool = False) -> list[LayerWeights]:
+    """:class:`LayerWeights` of every decoder layer of ``model``."""
+    return [LayerWeights(layer, model.config, fuse) for layer in model.model.layers]
+
+
+def _concat(*linears: Any) -> Linear:
     weight = torch.cat([m.weight for m in linears])
     if all(m.bias is None for m in linears):
         return weight, None
     return weight, torch.cat([m.bias if m.bias is not None else weight.new_zeros(m.out_features) for m in linears])
 
 
-def decoder_layer(model: Any, layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                  attend: Attend, fused: FusedProjections | None = None, last_only: bool = False) -> torch.Tensor:
+def decoder_layer(w: LayerWeights, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  attend: Attend, last_only: bool = False) -> torch.Tensor:
     """Hidden states ``h`` ``[B, L, D]`` through one decoder layer; ``attend`` decides which keys
     and values the new positions see (a cache, a shared prompt's, their own).
 
@@ -172,30 +207,27 @@ def decoder_layer(model: Any, layer: Any, h: torch.Tensor, cos: torch.Tensor, si
     for a model's last layer when only the last position's output is read (a prompt whose keys
     and values are cached and whose last logit predicts the first new token): every other
     position's output there feeds nothing, so dropping it changes no logit and no gradient."""
-    cfg = model.config
     b, length, _ = h.shape
-    heads, d = cfg.num_attention_heads, _head_dim(cfg)
-    attn, mlp = layer.self_attn, layer.mlp
-    a = rms_norm(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
-    if fused is not None:  # one matmul, and one rotation of q and k together
-        qkv = F.linear(a, *fused.qkv).view(b, length, -1, d).transpose(1, 2)  # [B, H + 2 H_kv, L, d]
+    heads, d = w.heads, w.head_dim
+    a = rms_norm(h, *w.norm_in)
+    if w.qkv is not None:  # one matmul, and one rotation of q and k together
+        qkv = F.linear(a, *w.qkv).view(b, length, -1, d).transpose(1, 2)  # [B, H + 2 H_kv, L, d]
         kv = (qkv.shape[1] - heads) // 2
         qk = rotate(qkv[:, :heads + kv], cos, sin)
         q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv:]
     else:
-        q, k, v = (F.linear(a, m.weight, m.bias).view(b, length, -1, d).transpose(1, 2)
-                   for m in (attn.q_proj, attn.k_proj, attn.v_proj))  # [B, heads, L, d]
+        q, k, v = (F.linear(a, *proj).view(b, length, -1, d).transpose(1, 2) for proj in (w.q, w.k, w.v))  # [B, heads, L, d]
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     if last_only:
         q, h, length = q[:, :, -1:], h[:, -1:], 1
     att = attend(q, k, v)  # [B, H, L, d]
-    h = h + F.linear(att.transpose(1, 2).reshape(b, length, heads * d), attn.o_proj.weight, attn.o_proj.bias)
-    m = rms_norm(h, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
-    if fused is not None:
-        gate, up = F.linear(m, *fused.gate_up).chunk(2, dim=-1)
+    h = h + F.linear(att.transpose(1, 2).reshape(b, length, heads * d), *w.o)
+    m = rms_norm(h, *w.norm_post)
+    if w.gate_up is not None:
+        gate, up = F.linear(m, *w.gate_up).chunk(2, dim=-1)
     else:
-        gate, up = F.linear(m, mlp.gate_proj.weight, mlp.gate_proj.bias), F.linear(m, mlp.up_proj.weight, mlp.up_proj.bias)
-    return h + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        gate, up = F.linear(m, *w.gate), F.linear(m, *w.up)
+    return h + F.linear(F.silu(gate) * up, *w.down)
 
 
 def next_token_logits(model: Any, h: torch.Tensor) -> torch.Tensor:
@@ -241,17 +273,16 @@ class LeanDecoder:
     Shapes: ``B`` rows, ``P`` prompt positions, ``T`` new tokens at most, ``H`` query heads and
     ``H_kv`` key/value heads of size ``d``. Call under ``torch.inference_mode``, and build one per ``generate`` call: with
     ``fuse`` (the default for models of at most ``FUSE_MAX_PARAMETERS`` parameters) it holds
-    :class:`FusedProjections` copies of the weights as they were when it was built."""
+    fused copies of the q/k/v and gate/up weights (:class:`LayerWeights`) as they were when it was built."""
 
     def __init__(self, model: Any, fuse: bool | None = None) -> None:
         reason = lean_decoder_support(model)
         if reason is not None:
             raise ValueError(f"LeanDecoder cannot run this model: {reason}")
         self.model = model
-        self.layers = list(model.model.layers)
         if fuse is None:
             fuse = sum(p.numel() for p in model.parameters()) <= FUSE_MAX_PARAMETERS
-        self.fused = [FusedProjections(layer) for layer in self.layers] if fuse else [None] * len(self.layers)
+        self.weights = layer_weights(model, fuse)
         self.num_kv_heads = getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads
         self.head_dim = _head_dim(model.config)
         self.release()
@@ -284,8 +315,8 @@ class LeanDecoder:
         self._bias = torch.zeros(b, 1, 1, total, dtype=dtype, device=device).masked_fill_(
             ~valid[:, None, None, :], float("-inf"))
         shape = (b, self.num_kv_heads, total, self.head_dim)
-        self._keys = [torch.empty(shape, dtype=dtype, device=device) for _ in self.layers]
-        self._values = [torch.empty(shape, dtype=dtype, device=device) for _ in self.layers]
+        self._keys = [torch.empty(shape, dtype=dtype, device=device) for _ in self.weights]
+        self._values = [torch.empty(shape, dtype=dtype, device=device) for _ in self.weights]
         self._length = p
 
         unique, inverse = torch.unique(input_ids, dim=0, return_inverse=True)  # [U, P], [B]
@@ -295,15 +326,15 @@ class LeanDecoder:
         mask = additive_mask(prompt_mask(valid[first, :p]), dtype)  # [U, 1, P, P]
         cos, sin = self._cos[first, :, :p], self._sin[first, :, :p]
         h = F.embedding(unique, self.model.model.embed_tokens.weight)  # [U, P, D]
-        last = len(self.layers) - 1
-        for i, (layer, fused, keys, values) in enumerate(zip(self.layers, self.fused, self._keys, self._values)):
+        last = len(self.weights) - 1
+        for i, (w, keys, values) in enumerate(zip(self.weights, self._keys, self._values)):
             def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        keys: torch.Tensor = keys, values: torch.Tensor = values) -> torch.Tensor:
                 keys[:, :, :p] = k.index_select(0, inverse)
                 values[:, :, :p] = v.index_select(0, inverse)
                 return attention(q, k, v, mask[:, :, -q.shape[2]:])
             # Only the last position's output of the last layer is read (its logit predicts token 0).
-            h = decoder_layer(self.model, layer, h, cos, sin, attend, fused, last_only=i == last)
+            h = decoder_layer(w, h, cos, sin, attend, last_only=i == last)
         return next_token_logits(self.model, h[:, -1]).index_select(0, inverse)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -312,13 +343,13 @@ class LeanDecoder:
         end = self._length = start + 1
         h = F.embedding(tokens[:, None], self.model.model.embed_tokens.weight)  # [B, 1, D]
         cos, sin, bias = self._cos[:, :, start:end], self._sin[:, :, start:end], self._bias[..., :end]
-        for layer, fused, keys, values in zip(self.layers, self.fused, self._keys, self._values):
+        for w, keys, values in zip(self.weights, self._keys, self._values):
             def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        keys: torch.Tensor = keys, values: torch.Tensor = values) -> torch.Tensor:
                 keys[:, :, start:end] = k
                 values[:, :, start:end] = v
                 return attention(q, keys[:, :, :end], values[:, :, :end], bias)
-            h = decoder_layer(self.model, layer, h, cos, sin, attend, fused)
+            h = decoder_layer(w, h, cos, sin, attend)
         return next_token_logits(self.model, h[:, -1])
 
 
@@ -345,14 +376,15 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
     cos, sin = rope_tables(model, position_ids)  # [B, 1, W, d]
     h = F.embedding(input_ids[::g, :p], model.model.embed_tokens.weight)  # [U, P, D]
     mask = additive_mask(prompt_mask(valid), h.dtype)
+    weights = layer_weights(model)
     prompt_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
-    last = len(model.model.layers) - 1
-    for i, layer in enumerate(model.model.layers):
+    last = len(weights) - 1
+    for i, w in enumerate(weights):
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             prompt_kv.append((k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)))
             return attention(q, k, v, mask[:, :, -q.shape[2]:])
         # The prompt's last layer: keys and values of every position, output of the last only.
-        h = decoder_layer(model, layer, h, cos[::g, :, :p], sin[::g, :, :p], attend, last_only=i == last)
+        h = decoder_layer(w, h, cos[::g, :, :p], sin[::g, :, :p], attend, last_only=i == last)
     first = next_token_logits(model, h[:, -1:]).repeat_interleave(g, dim=0)  # [B, 1, V]
     if width - p == 1:
         return first
@@ -367,24 +399,24 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
     padding = 1.0 - float(needed.sum()) / needed.numel()
     if padding < PACK_MIN_PADDING:
         h = F.embedding(input_ids[:, p:-1], model.model.embed_tokens.weight)  # [B, L-1, D]
-        for layer, (prompt_k, prompt_v) in zip(model.model.layers, prompt_kv):
+        for w, (prompt_k, prompt_v) in zip(weights, prompt_kv):
             def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        prompt_k: torch.Tensor = prompt_k, prompt_v: torch.Tensor = prompt_v) -> torch.Tensor:
                 return attention(q, torch.cat([prompt_k, k], dim=2), torch.cat([prompt_v, v], dim=2), mask)
-            h = decoder_layer(model, layer, h, cos, sin, attend)
+            h = decoder_layer(w, h, cos, sin, attend)
         return torch.cat([first, next_token_logits(model, h)], dim=1)
     # Padding-free: the needed inputs of all rows as one sequence of N tokens [1, N, D] through
     # the projections and the MLP; only attention sees the rows' [B, H, L-1, d] layout.
     rows = _Packing(needed)
     h = F.embedding(rows.pack(input_ids[:, p:-1]), model.model.embed_tokens.weight)[None]  # [1, N, D]
     cos, sin = (rows.pack(t.squeeze(1))[None, None] for t in (cos, sin))  # [1, 1, N, d]
-    for layer, (prompt_k, prompt_v) in zip(model.model.layers, prompt_kv):
+    for w, (prompt_k, prompt_v) in zip(weights, prompt_kv):
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    prompt_k: torch.Tensor = prompt_k, prompt_v: torch.Tensor = prompt_v) -> torch.Tensor:
             q, k, v = (rows.unpack(x[0].transpose(0, 1)).transpose(1, 2) for x in (q, k, v))  # [B, heads, L-1, d]
             out = attention(q, torch.cat([prompt_k, k], dim=2), torch.cat([prompt_v, v], dim=2), mask)
             return rows.pack(out.transpose(1, 2)).transpose(0, 1)[None]  # [1, H, N, d]
-        h = decoder_layer(model, layer, h, cos, sin, attend)
+        h = decoder_layer(w, h, cos, sin, attend)
     return torch.cat([first, rows.unpack(next_token_logits(model, h[0]))], dim=1)
 
 

@@ -185,9 +185,9 @@ class NativeEngine(HFEngine):
     sliced per step; every step's position ids as one ``[B, T]`` tensor). Neither path has logits
     processors, stopping-criteria objects or per-step ``model_kwargs`` updates. Sampling is in
     the loop with ``generate``'s semantics (logits / T, the top-k then top-p support of
-    :func:`reasoning_rl.logprobs.sampling_support`, one multinomial draw from the renormalised
-    softmax; greedy = argmax), and the loop stops as soon as every row has produced EOS. Runs
-    under ``torch.inference_mode``. ``lean=False`` forces the module path.
+    :func:`reasoning_rl.logprobs.sampling_support`, one draw from the renormalised softmax by
+    :func:`inverse_cdf_sample`; greedy = argmax), and the loop stops as soon as every row has
+    produced EOS. Runs under ``torch.inference_mode``. ``lean=False`` forces the module path.
     """
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, lean: bool = True) -> None:
@@ -232,7 +232,7 @@ class NativeEngine(HFEngine):
                 if sampling.top_k or sampling.top_p < 1.0:
                     logits = logits.masked_fill(~sampling_support(logits, sampling.top_k, sampling.top_p),
                                                 float("-inf"))
-                token = torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(1)  # [B]
+                token = inverse_cdf_sample(torch.softmax(logits, dim=-1))  # [B]
             else:
                 token = logits.argmax(dim=-1)  # [B]
             token = torch.where(finished, pad, token)
@@ -242,6 +242,20 @@ class NativeEngine(HFEngine):
                 return out[:, :t + 1]
             logits = stepper.step(token)
         return out
+
+
+def inverse_cdf_sample(probs: torch.Tensor) -> torch.Tensor:
+    """One draw per row of ``probs`` ``[B, V]``: the first token whose cumulative probability
+    exceeds ``u * total``, ``u ~ U[0, 1)``, so token i is drawn with probability
+    ``p_i / sum(p)`` (inverse-transform sampling). One uniform number per row, where
+    ``torch.multinomial`` draws V exponentials: ~25 us instead of ~77 us for 32 x 82 on one CPU
+    thread, every decode step. A token of probability 0 (outside the top-k / top-p set) adds
+    nothing to the sum, so it is never the first to exceed ``u * total``; and ``u * total`` is
+    below the total (``u <= 1 - 2^-24``: the product is at least half an ulp under it), so the
+    search never runs past the last token.  # [B]"""
+    cdf = probs.cumsum(dim=-1)  # [B, V], non-decreasing
+    total = cdf[:, -1:]
+    return torch.searchsorted(cdf, torch.rand_like(total) * total, right=True).squeeze(1)
 
 
 class _LeanStepper:

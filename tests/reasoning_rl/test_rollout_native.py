@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from reasoning_rl.models import TinyModelConfig, build_tiny_model
-from reasoning_rl.rollout import HFEngine, NativeEngine, SamplingConfig, make_engine
+from reasoning_rl.rollout import HFEngine, NativeEngine, SamplingConfig, inverse_cdf_sample, make_engine
 
 PROMPTS = ["What is 3 + 4? Answer: ", "What is 13 + 14? Answer: ", "1+2="]  # different lengths: left padding
 
@@ -75,3 +75,16 @@ def test_stops_when_every_row_has_finished():
     assert policy.calls == 3  # prefill + 2 steps, not 50
     assert all(c.finish_reason == "stop" and c.token_ids[-1] == tok.eos_token_id and c.num_tokens == 3
                for c in group)
+
+
+def test_inverse_cdf_sampling_draws_each_token_with_its_probability_and_never_a_zero_one(monkeypatch):
+    torch.manual_seed(0)
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0], [0.1, 0.0, 0.0, 0.0, 0.0, 0.9]]).repeat(20_000, 1)
+    draws = inverse_cdf_sample(probs).view(20_000, 2)
+    for row in (0, 1):
+        freq = torch.bincount(draws[:, row], minlength=6).float() / 20_000
+        assert torch.all(freq[probs[row] == 0] == 0)
+        torch.testing.assert_close(freq, probs[row], atol=0.015, rtol=0)  # ~4 standard errors
+    # u as close to 1 as float32 goes still draws the last token of positive probability.
+    monkeypatch.setattr(torch, "rand_like", lambda t: torch.full_like(t, 1 - 2 ** -24))
+    assert inverse_cdf_sample(torch.tensor([[0.25, 0.75, 0.0], [0.1, 0.2, 0.7]])).tolist() == [1, 2]
