@@ -312,8 +312,7 @@ class LeanDecoder:
         valid = torch.ones(b, total, dtype=torch.bool, device=device)  # keys a query may see
         valid[:, :p] = attention_mask.bool()
         # Decode steps add this to the scores: 0 where a key is visible, -inf where it is padding.
-        self._bias = torch.zeros(b, 1, 1, total, dtype=dtype, device=device).masked_fill_(
-            ~valid[:, None, None, :], float("-inf"))
+        self._bias = additive_mask(valid[:, None, None, :], dtype)
         shape = (b, self.num_kv_heads, total, self.head_dim)
         self._keys = [torch.empty(shape, dtype=dtype, device=device) for _ in self.weights]
         self._values = [torch.empty(shape, dtype=dtype, device=device) for _ in self.weights]
@@ -397,27 +396,25 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
     # are right padding, after every real token of their row.
     needed = attention_mask[:, p + 1:].bool()  # [B, L-1]
     padding = 1.0 - float(needed.sum()) / needed.numel()
-    if padding < PACK_MIN_PADDING:
-        h = F.embedding(input_ids[:, p:-1], model.model.embed_tokens.weight)  # [B, L-1, D]
-        for w, (prompt_k, prompt_v) in zip(weights, prompt_kv):
-            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       prompt_k: torch.Tensor = prompt_k, prompt_v: torch.Tensor = prompt_v) -> torch.Tensor:
-                return attention(q, torch.cat([prompt_k, k], dim=2), torch.cat([prompt_v, v], dim=2), mask)
-            h = decoder_layer(w, h, cos, sin, attend)
-        return torch.cat([first, next_token_logits(model, h)], dim=1)
-    # Padding-free: the needed inputs of all rows as one sequence of N tokens [1, N, D] through
-    # the projections and the MLP; only attention sees the rows' [B, H, L-1, d] layout.
-    rows = _Packing(needed)
-    h = F.embedding(rows.pack(input_ids[:, p:-1]), model.model.embed_tokens.weight)[None]  # [1, N, D]
-    cos, sin = (rows.pack(t.squeeze(1))[None, None] for t in (cos, sin))  # [1, 1, N, d]
+    # Padding-free when it pays: the needed inputs of all rows as one sequence of N tokens
+    # [1, N, D] through the projections and the MLP; only attention sees the rows' layout.
+    rows = _Packing(needed) if padding >= PACK_MIN_PADDING else None
+    inputs = input_ids[:, p:-1]  # [B, L-1]
+    if rows is None:
+        h = F.embedding(inputs, model.model.embed_tokens.weight)  # [B, L-1, D]
+    else:
+        h = F.embedding(rows.pack(inputs), model.model.embed_tokens.weight)[None]  # [1, N, D]
+        cos, sin = (rows.pack(t.squeeze(1))[None, None] for t in (cos, sin))  # [1, 1, N, d]
     for w, (prompt_k, prompt_v) in zip(weights, prompt_kv):
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    prompt_k: torch.Tensor = prompt_k, prompt_v: torch.Tensor = prompt_v) -> torch.Tensor:
-            q, k, v = (rows.unpack(x[0].transpose(0, 1)).transpose(1, 2) for x in (q, k, v))  # [B, heads, L-1, d]
+            if rows is not None:  # [1, heads, N, d] -> [B, heads, L-1, d]
+                q, k, v = (rows.unpack(x[0].transpose(0, 1)).transpose(1, 2) for x in (q, k, v))
             out = attention(q, torch.cat([prompt_k, k], dim=2), torch.cat([prompt_v, v], dim=2), mask)
-            return rows.pack(out.transpose(1, 2)).transpose(0, 1)[None]  # [1, H, N, d]
+            return out if rows is None else rows.pack(out.transpose(1, 2)).transpose(0, 1)[None]  # [1, H, N, d]
         h = decoder_layer(w, h, cos, sin, attend)
-    return torch.cat([first, rows.unpack(next_token_logits(model, h[0]))], dim=1)
+    logits = next_token_logits(model, h) if rows is None else rows.unpack(next_token_logits(model, h[0]))
+    return torch.cat([first, logits], dim=1)  # [B, L, V]
 
 
 class _Packing:
