@@ -39,7 +39,7 @@ from reasoning_rl.algo.registry import get_algorithm
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.heldout import evaluate_heldout
-from reasoning_rl.memory import memory_report
+from reasoning_rl.memory import keep_freed_memory, memory_report
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics
 from reasoning_rl.models import load_model, load_pretrained, set_training
 from reasoning_rl.prompt_sampler import PromptSampler
@@ -70,6 +70,8 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if cfg.trainer.num_threads:
             torch.set_num_threads(cfg.trainer.num_threads)
+        if cfg.trainer.keep_freed_memory and not keep_freed_memory():
+            log.info("trainer.keep_freed_memory: this C library has no mallopt; left as it is")
         seed_everything(cfg.trainer.seed)
         self.task = Task(cfg.task)
         self.reward = self.task.reward()

@@ -25,6 +25,7 @@ process. ``--compare trl`` runs both as fresh processes, alternating which goes 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -141,10 +142,12 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         run_dir = args.keep_run or work / "run"
         trainer = Trainer(train_config(args, work / "model", definition, run_dir), run_dir)
         starts: list[float] = []
+        faults: list[int] = []
         step = trainer.algorithm.step
 
         def timed_step(i: int) -> Any:
             starts.append(time.perf_counter())
+            faults.append(_minor_faults())
             return step(i)
 
         trainer.algorithm.step = timed_step
@@ -152,20 +155,30 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
             cpu0 = _cpu_seconds()
             trainer.train()
             cpu1 = _cpu_seconds()
+            faults.append(_minor_faults())
         finally:
             trainer.close()
         metrics = read_metrics(Path(run_dir) / "metrics.jsonl")
     ends = [*starts[1:], starts[-1] + metrics[-1]["time/step"]]  # the last step: its own time
     walls = [e - s for s, e in zip(starts, ends)]
+    step_faults = [b - a for a, b in itertools.pairwise(faults)]
     return summarise(args, walls, metrics, params, peak_rss_bytes() / 2**20,
-                     foreign_cpu=max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1])))
+                     foreign_cpu=max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1])), step_faults=step_faults)
+
+
+def _minor_faults() -> int:
+    """Page faults this process has taken so far that needed no disk (first touches of fresh pages)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def summarise(args: argparse.Namespace, walls: list[float], metrics: list[dict[str, Any]], params: int,
-              peak_rss_mb: float, foreign_cpu: float) -> dict[str, Any]:
+              peak_rss_mb: float, foreign_cpu: float, step_faults: list[int] | None = None) -> dict[str, Any]:
     """The figures of one run from its per-step wall times and logged metrics."""
     keep = slice(args.warmup_steps, None)
     walls_kept, kept = walls[keep], metrics[keep]
+    faults_kept = (step_faults or [])[keep]
     phases = {k: statistics.fmean(m.get(f"time/{k}", 0.0) for m in kept) for k in PHASES if k != "other"}
     phases["other"] = max(0.0, statistics.fmean(walls_kept) - sum(phases.values()))
     tokens = sum(m["completion/tokens"] for m in kept)
@@ -180,6 +193,7 @@ def summarise(args: argparse.Namespace, walls: list[float], metrics: list[dict[s
         "phase_sec_per_step": phases, "peak_rss_mb": peak_rss_mb, "params": params,
         "reward_mean": statistics.fmean(m["reward/mean"] for m in metrics),
         "kl_mean_last": metrics[-1]["kl/mean"], "foreign_cpu_sec": foreign_cpu,
+        "page_faults_per_step": statistics.median(faults_kept) if faults_kept else float("nan"),
     }
 
 
@@ -187,7 +201,8 @@ def print_ours(f: dict[str, Any], label: str = "ours") -> None:
     phases = ", ".join(f"{k} {v * 1000:.1f}" for k, v in f["phase_sec_per_step"].items())
     print(f"[{label}] {f['sec_per_step']:.4f} s/step (median of steps {f['median_over_steps']}), "
           f"{f['gen_tokens_per_sec']:.0f} generated tokens/s, peak RSS {f['peak_rss_mb']:.0f} MB, "
-          f"{f['params']:,} parameters, other processes' CPU {f['foreign_cpu_sec']:.1f} s")
+          f"{f['params']:,} parameters, other processes' CPU {f['foreign_cpu_sec']:.1f} s, "
+          f"{f.get('page_faults_per_step', float('nan')):.0f} page faults/step")
     print(f"[{label}] ms per step: {phases}")
 
 
