@@ -25,8 +25,10 @@ but the rest of the layer only for the last one (``decoder_layer(..., last_only=
 Two users:
 
 - :class:`LeanDecoder` (``rollout.backend=native``): prefill, then one step per new token
-  against a key/value cache preallocated at ``[B, H_kv, P + T, d]`` per layer and written in
-  place; each distinct prompt is prefilled once; a step's attention stacks the query heads that
+  against a key/value cache: a batch of whole groups (G rows per prompt) prefills and keeps each
+  prompt's keys and values once, ``[U, H_kv, P, d]`` per layer, and each row's new tokens in
+  ``[B, H_kv, T, d]``, preallocated and written in place; a step attends to the shared prompt
+  with one matmul per group (:func:`shared_prefix_attention`) and stacks the query heads that
   share a key/value head as rows of one matmul (grouped-query attention without repeating keys).
 - :func:`completion_logits` (the trainer's log-probs, ``reasoning_rl.logprobs``): each group's
   prompt once, then the completions against its keys and values, differentiable; when enough
@@ -263,6 +265,45 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
     return torch.matmul(scores.softmax(dim=-1), v).view(b, heads, length, d)
 
 
+def shared_prefix_attention(q: torch.Tensor, prefix_k: torch.Tensor, prefix_v: torch.Tensor,
+                            prefix_bias: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """:func:`attention` of rows that share a prefix, without copying the prefix to each row:
+    ``softmax([q K_u^T, q K^T] / sqrt(d) + [bias_u, 0]) [V_u; V]`` ``[B, H, L, d]``.
+
+    Rows ``i*G .. i*G+G-1`` (a group's G samples) share prefix ``u = i``: its keys and values
+    ``prefix_k``, ``prefix_v`` ``[U, H_kv, P, d]`` (B = U G) and ``prefix_bias`` ``[U, 1, 1, P]``
+    (its padding, from :func:`additive_mask`); ``k``, ``v`` ``[B, H_kv, S, d]`` are each row's
+    own keys, all visible (a decode step's earlier tokens). The G rows' queries of one prefix
+    are one matmul with its keys (``[G H/H_kv L, d] x [d, P]`` per key/value head) instead of G
+    matrix-vector products with G copies: a decode step reads each prompt's cache once instead
+    of G times (Hydragen, Juravsky et al. 2024, splits attention over a shared prefix the same
+    way). Measured: 4-8% off a generate call of the benchmark workload (docs/performance.md)."""
+    b, heads, length, d = q.shape
+    u, kv, p, _ = prefix_k.shape
+    g, rows = b // u, heads // kv * length  # rows per key/value head and sequence
+    q = q.reshape(b, kv, rows, d)
+    q_prefix = q.view(u, g, kv, rows, d).transpose(1, 2).reshape(u, kv, g * rows, d)
+    prefix = torch.matmul(q_prefix, prefix_k.transpose(-1, -2)) * d ** -0.5 + prefix_bias  # [U, kv, G rows, P]
+    own = torch.matmul(q, k.transpose(-1, -2)) * d ** -0.5  # [B, kv, rows, S]
+    prefix = prefix.view(u, kv, g, rows, p).transpose(1, 2).reshape(b, kv, rows, p)
+    probs = torch.cat([prefix, own], dim=-1).softmax(dim=-1)  # [B, kv, rows, P + S]
+    p_prefix = probs[..., :p].reshape(u, g, kv, rows, p).transpose(1, 2).reshape(u, kv, g * rows, p)
+    out = torch.matmul(p_prefix, prefix_v).view(u, kv, g, rows, d).transpose(1, 2).reshape(b, kv, rows, d)
+    return (out + torch.matmul(probs[..., p:], v)).view(b, heads, length, d)
+
+
+def group_size(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """G when rows ``i*G .. i*G+G-1`` of a batch hold the same prompt for every i (a batch of
+    whole groups, as the engines build it), else 1."""
+    b = input_ids.shape[0]
+    same = (input_ids[1:] == input_ids[:-1]).all(-1) & (attention_mask[1:] == attention_mask[:-1]).all(-1)
+    g = int(torch.cat([~same, same.new_ones(1)]).int().argmax()) + 1  # length of the first run
+    if g == 1 or b % g:
+        return 1
+    ids, mask = input_ids.view(b // g, g, -1), attention_mask.view(b // g, g, -1)
+    return g if bool((ids == ids[:, :1]).all()) and bool((mask == mask[:, :1]).all()) else 1
+
+
 def _head_dim(cfg: Any) -> int:
     return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
@@ -273,7 +314,11 @@ class LeanDecoder:
     Shapes: ``B`` rows, ``P`` prompt positions, ``T`` new tokens at most, ``H`` query heads and
     ``H_kv`` key/value heads of size ``d``. Call under ``torch.inference_mode``, and build one per ``generate`` call: with
     ``fuse`` (the default for models of at most ``FUSE_MAX_PARAMETERS`` parameters) it holds
-    fused copies of the q/k/v and gate/up weights (:class:`LayerWeights`) as they were when it was built."""
+    fused copies of the q/k/v and gate/up weights (:class:`LayerWeights`) as they were when it was built.
+
+    The cache: each distinct prompt's keys and values once, ``[U, H_kv, P, d]`` per layer (a
+    group's G rows share them: :func:`shared_prefix_attention`), and each row's new tokens'
+    ``[B, H_kv, T, d]``, preallocated and written in place."""
 
     def __init__(self, model: Any, fuse: bool | None = None) -> None:
         reason = lean_decoder_support(model)
@@ -289,9 +334,10 @@ class LeanDecoder:
 
     def release(self) -> None:
         """Free the key/value cache."""
+        self._prefix: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._keys: list[torch.Tensor] = []
         self._values: list[torch.Tensor] = []
-        self._cos = self._sin = self._bias = None
+        self._cos = self._sin = self._prefix_bias = None
         self._length = 0
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
@@ -299,55 +345,51 @@ class LeanDecoder:
         for ``max_new_tokens``, and return the next-token logits ``[B, V]``.
 
         Positions count from each row's first real token (``cumsum(mask) - 1``, as ``generate``
-        does); new token t of a row sits at position ``n_real + t``. Rows holding the same prompt
-        (a group's G samples) are run once and their keys and values copied: causal attention
-        makes a prompt's cache independent of what follows it."""
-        b, p = input_ids.shape
-        total = p + max_new_tokens
+        does); new token t of a row sits at position ``n_real + t``. When the batch is whole
+        groups of G rows holding the same prompt (:func:`group_size`), each prompt runs once and
+        its keys and values are kept once: causal attention makes a prompt's cache independent
+        of what follows it."""
+        b = input_ids.shape[0]
         device = input_ids.device
         dtype = self.model.model.embed_tokens.weight.dtype
+        g = group_size(input_ids, attention_mask)
         prompt_pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
         new_pos = attention_mask.sum(-1, keepdim=True) + torch.arange(max_new_tokens, device=device)  # [B, T]
-        self._cos, self._sin = rope_tables(self.model, torch.cat([prompt_pos, new_pos], dim=1))  # [B, 1, P+T, d]
-        valid = torch.ones(b, total, dtype=torch.bool, device=device)  # keys a query may see
-        valid[:, :p] = attention_mask.bool()
-        # Decode steps add this to the scores: 0 where a key is visible, -inf where it is padding.
-        self._bias = additive_mask(valid[:, None, None, :], dtype)
-        shape = (b, self.num_kv_heads, total, self.head_dim)
+        self._cos, self._sin = rope_tables(self.model, new_pos)  # [B, 1, T, d]
+        valid = attention_mask[::g].bool()  # [U, P]
+        # Decode steps add this to the prompt's scores: 0 where a key is visible, -inf on padding.
+        self._prefix_bias = additive_mask(valid[:, None, None, :], dtype)  # [U, 1, 1, P]
+        shape = (b, self.num_kv_heads, max_new_tokens, self.head_dim)
         self._keys = [torch.empty(shape, dtype=dtype, device=device) for _ in self.weights]
         self._values = [torch.empty(shape, dtype=dtype, device=device) for _ in self.weights]
-        self._length = p
+        self._prefix, self._length = [], 0
 
-        unique, inverse = torch.unique(input_ids, dim=0, return_inverse=True)  # [U, P], [B]
-        # One row holding each prompt (any one: rows with equal ids have equal masks and positions).
-        first = torch.empty(unique.shape[0], dtype=torch.long, device=device).scatter_(
-            0, inverse, torch.arange(b, device=device))
-        mask = additive_mask(prompt_mask(valid[first, :p]), dtype)  # [U, 1, P, P]
-        cos, sin = self._cos[first, :, :p], self._sin[first, :, :p]
-        h = F.embedding(unique, self.model.model.embed_tokens.weight)  # [U, P, D]
+        mask = additive_mask(prompt_mask(valid), dtype)  # [U, 1, P, P]
+        cos, sin = rope_tables(self.model, prompt_pos[::g])  # [U, 1, P, d]
+        h = F.embedding(input_ids[::g], self.model.model.embed_tokens.weight)  # [U, P, D]
         last = len(self.weights) - 1
-        for i, (w, keys, values) in enumerate(zip(self.weights, self._keys, self._values)):
-            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       keys: torch.Tensor = keys, values: torch.Tensor = values) -> torch.Tensor:
-                keys[:, :, :p] = k.index_select(0, inverse)
-                values[:, :, :p] = v.index_select(0, inverse)
+        for i, w in enumerate(self.weights):
+            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                self._prefix.append((k.contiguous(), v.contiguous()))  # [U, H_kv, P, d]
                 return attention(q, k, v, mask[:, :, -q.shape[2]:])
             # Only the last position's output of the last layer is read (its logit predicts token 0).
             h = decoder_layer(w, h, cos, sin, attend, last_only=i == last)
-        return next_token_logits(self.model, h[:, -1]).index_select(0, inverse)
+        return next_token_logits(self.model, h[:, -1]).repeat_interleave(g, dim=0)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Append one token per row ``[B]`` and return the next-token logits ``[B, V]``."""
-        start = self._length
-        end = self._length = start + 1
+        t = self._length
+        self._length = t + 1
         h = F.embedding(tokens[:, None], self.model.model.embed_tokens.weight)  # [B, 1, D]
-        cos, sin, bias = self._cos[:, :, start:end], self._sin[:, :, start:end], self._bias[..., :end]
-        for w, keys, values in zip(self.weights, self._keys, self._values):
-            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       keys: torch.Tensor = keys, values: torch.Tensor = values) -> torch.Tensor:
-                keys[:, :, start:end] = k
-                values[:, :, start:end] = v
-                return attention(q, keys[:, :, :end], values[:, :, :end], bias)
+        cos, sin = self._cos[:, :, t:t + 1], self._sin[:, :, t:t + 1]
+        for w, keys, values, (prefix_k, prefix_v) in zip(self.weights, self._keys, self._values, self._prefix):
+            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor = keys,
+                       values: torch.Tensor = values, prefix_k: torch.Tensor = prefix_k,
+                       prefix_v: torch.Tensor = prefix_v) -> torch.Tensor:
+                keys[:, :, t:t + 1] = k
+                values[:, :, t:t + 1] = v
+                return shared_prefix_attention(q, prefix_k, prefix_v, self._prefix_bias, keys[:, :, :t + 1],
+                                               values[:, :, :t + 1])
             h = decoder_layer(w, h, cos, sin, attend)
         return next_token_logits(self.model, h[:, -1])
 

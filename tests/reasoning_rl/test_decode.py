@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from reasoning_rl.decode import LeanDecoder, lean_decoder_support
+from reasoning_rl.decode import LeanDecoder, group_size, lean_decoder_support
 from reasoning_rl.models import TinyModelConfig, build_tiny_model
 from reasoning_rl.rollout import NativeEngine, SamplingConfig
 
@@ -27,8 +27,8 @@ def _model(arch: str, kv_heads: int, dtype=torch.float32):
     return model.to(dtype).eval(), tok
 
 
-def _lean_and_full_logits(model, tok, new_tokens=6):
-    enc = tok(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+def _lean_and_full_logits(model, tok, new_tokens=6, prompts=PROMPTS):
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
     ids, mask = enc["input_ids"], enc["attention_mask"]
     with torch.inference_mode():
         decoder = LeanDecoder(model)
@@ -38,7 +38,7 @@ def _lean_and_full_logits(model, tok, new_tokens=6):
             chosen.append(steps[-1].argmax(-1))
             steps.append(decoder.step(chosen[-1]))
         full_ids = torch.cat([ids, torch.stack(chosen, 1)], 1)
-        full_mask = torch.cat([mask, torch.ones(len(PROMPTS), new_tokens - 1, dtype=mask.dtype)], 1)
+        full_mask = torch.cat([mask, torch.ones(len(prompts), new_tokens - 1, dtype=mask.dtype)], 1)
         positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
         full = model(input_ids=full_ids, attention_mask=full_mask, position_ids=positions).logits
     return torch.stack(steps, 1), full[:, ids.shape[1] - 1:]
@@ -50,6 +50,31 @@ def test_every_step_is_the_full_forward(arch, kv_heads):
     lean, full = _lean_and_full_logits(model, tok)
     assert lean.shape == full.shape
     torch.testing.assert_close(lean, full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch,kv_heads", [("llama", 6), ("qwen2", 3), ("llama", 1)])
+def test_groups_sharing_a_prompt_keep_one_cache_and_give_the_full_forward(arch, kv_heads):
+    """A batch of whole groups (G consecutive rows per prompt, as the engines build it) keeps
+    each prompt's keys and values once; every row's logits are still its full forward's."""
+    model, tok = _model(arch, kv_heads)
+    grouped = [p for p in PROMPTS for _ in range(3)]
+    lean, full = _lean_and_full_logits(model, tok, prompts=grouped)
+    torch.testing.assert_close(lean, full, rtol=1e-5, atol=1e-5)
+
+
+def test_group_size_finds_whole_groups_only():
+    ids = torch.tensor([[1, 2], [1, 2], [3, 4], [3, 4], [5, 6], [5, 6]])
+    mask = torch.ones_like(ids)
+    assert group_size(ids, mask) == 2
+    assert group_size(ids[:5], mask[:5]) == 1  # 5 rows are not whole groups of 2
+    assert group_size(ids[[0, 2, 1, 3]], mask[:4]) == 1  # equal prompts, not consecutive
+    assert group_size(ids[:2], mask[:2]) == 2
+    assert group_size(ids[:1], mask[:1]) == 1
+    other_mask = mask.clone()
+    other_mask[1, 0] = 0  # same ids, different padding: not the same prompt
+    assert group_size(ids, other_mask) == 1
+    uneven = torch.tensor([[1, 2], [1, 2], [3, 4], [5, 6]])
+    assert group_size(uneven, torch.ones_like(uneven)) == 1
 
 
 def test_bfloat16_matches_the_module_forward_to_its_precision():
@@ -151,6 +176,36 @@ def test_matmul_attention_equals_scaled_dot_product_attention(kv_heads, monkeypa
     sdpa = run()
     torch.testing.assert_close(matmul[0], sdpa[0], rtol=1e-5, atol=1e-6)
     for a, b in zip(matmul[1], sdpa[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kv_heads,length", [(6, 1), (2, 1), (2, 3)])
+def test_shared_prefix_attention_is_attention_over_the_copied_prefix(kv_heads, length):
+    # Groups of 3 rows share a left-padded prefix and see all their own keys (a decode step, or
+    # several queries that may see every own key). Values and gradients, prefix included,
+    # against attention() over each row's own copy of the prefix.
+    from reasoning_rl import decode
+
+    torch.manual_seed(0)
+    u, g, p, s, d = 2, 3, 5, 4, 8
+    q = torch.randn(u * g, 6, length, d, requires_grad=True)
+    prefix_k, prefix_v = (torch.randn(u, kv_heads, p, d, requires_grad=True) for _ in range(2))
+    k, v = (torch.randn(u * g, kv_heads, s, d, requires_grad=True) for _ in range(2))
+    valid = torch.ones(u, p, dtype=torch.bool)
+    valid[1, :2] = False  # prefix 1 is left-padded
+    weights = torch.linspace(-1, 1, q.numel()).view_as(q)
+
+    def grads(out):
+        return torch.autograd.grad((out * weights).sum(), (q, prefix_k, prefix_v, k, v))
+
+    shared = decode.shared_prefix_attention(q, prefix_k, prefix_v,
+                                            decode.additive_mask(valid[:, None, None, :], torch.float32), k, v)
+    visible = torch.cat([valid.repeat_interleave(g, 0), torch.ones(u * g, s, dtype=torch.bool)], dim=1)
+    copied = decode.attention(q, torch.cat([prefix_k.repeat_interleave(g, 0), k], 2),
+                              torch.cat([prefix_v.repeat_interleave(g, 0), v], 2),
+                              decode.additive_mask(visible[:, None, None, :].expand(-1, 1, length, -1), torch.float32))
+    torch.testing.assert_close(shared, copied, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads(shared), grads(copied)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
