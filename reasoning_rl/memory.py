@@ -24,42 +24,42 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-M_TRIM_THRESHOLD = -1
-M_TOP_PAD = -2
-M_MMAP_THRESHOLD = -3
-"""``mallopt`` parameters (glibc's ``malloc.h``)."""
-MMAP_THRESHOLD_MAX = 32 * 2**20
-"""The largest mmap threshold glibc accepts on 64-bit Linux (``HEAP_MAX_SIZE / 2``)."""
+KEPT_MEMORY = {"mmap_threshold": 32 * 2**20, "trim_threshold": 2**30, "top_pad": 64 * 2**20}
+"""glibc malloc settings of :func:`keep_freed_memory`, in bytes (32 MiB is the largest mmap
+threshold glibc accepts on 64-bit Linux)."""
+_MALLOPT = {"trim_threshold": -1, "top_pad": -2, "mmap_threshold": -3}
+"""``mallopt`` parameter numbers (glibc's ``malloc.h``: M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD)."""
 
 
-def keep_freed_memory(mmap_threshold: int = MMAP_THRESHOLD_MAX, trim_threshold: int = 2**30,
-                      top_pad: int = 64 * 2**20) -> bool:
+def keep_freed_memory() -> bool:
     """Ask glibc's ``malloc`` to keep freed memory for reuse instead of handing it back to the
-    kernel: blocks up to ``mmap_threshold`` bytes come from the heap rather than from their own
-    ``mmap`` (which ``free`` unmaps), the heap is trimmed only when ``trim_threshold`` bytes at
-    its top are free, and it grows by ``top_pad`` bytes more than asked (address space: pages
-    count as resident only once touched). Without the padding, a heap whose top is pinned by a
-    small live block grew a little every step and faulted in what it grew. Returns False where
-    it does not apply (not glibc; a refused value).
+    kernel (:data:`KEPT_MEMORY`): blocks up to ``mmap_threshold`` bytes come from the heap rather
+    than from their own ``mmap`` (which ``free`` unmaps), the heap is trimmed only when
+    ``trim_threshold`` bytes at its top are free, and it grows by ``top_pad`` bytes more than
+    asked (address space: pages count as resident only once touched). Without the padding, a
+    heap whose top is pinned by a small live block grew a little every step and faulted in what
+    it grew. Returns False where it does not apply (not glibc; a refused value).
 
     Why: a training step allocates and frees the same activations every step (a 1 MiB MLP
     activation is 256 pages). With glibc's defaults many of them come back as fresh pages, and
-    each first touch is a page fault, about 3 us on the development VM: ~1900 faults a step on
-    the benchmark workload, 3-4% of its time, and ~1700 per policy forward + backward, ~50 with
-    this (docs/performance.md). Same numbers computed, no change to any result; the process
-    keeps what it freed (its peak resident memory stays that of its largest step)."""
+    each first touch is a page fault, about 3 us on the development VM: 2200-2500 faults a step
+    on the benchmark workload, about 0 with this (docs/performance.md). Same numbers computed, no
+    change to any result; the process keeps what it freed (its peak resident memory stays that
+    of its largest step). :func:`glibc_tunables` gives the same settings to another process."""
     if not sys.platform.startswith("linux"):
         return False
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
     except (OSError, AttributeError):  # musl and other libcs have no mallopt
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    settings = ((M_MMAP_THRESHOLD, min(mmap_threshold, MMAP_THRESHOLD_MAX)),
-                (M_TRIM_THRESHOLD, min(trim_threshold, 2**31 - 1)), (M_TOP_PAD, min(top_pad, 2**31 - 1)))
-    return all([bool(mallopt(param, value)) for param, value in settings])
+    return all([bool(mallopt(_MALLOPT[name], value)) for name, value in KEPT_MEMORY.items()])
+
+
+def glibc_tunables() -> str:
+    """:data:`KEPT_MEMORY` as a ``GLIBC_TUNABLES`` value, for a process started with it in its
+    environment (glibc reads it at start-up): the same allocator settings without code in it."""
+    return ":".join(f"glibc.malloc.{name}={value}" for name, value in KEPT_MEMORY.items())
 
 
 def _unique(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:

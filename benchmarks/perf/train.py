@@ -18,8 +18,12 @@ Figures: seconds per step (the median over the steps after ``--warmup-steps``; a
 runs from its start to the next step's start, logging included, as the TRL script measures it),
 generated tokens per second of generation time, each phase's mean seconds per step (generate,
 reward, frozen log-probs (pi_ref), policy forward + backward, optimiser, other), peak RSS of the
-process. ``--compare trl`` runs both as fresh processes, alternating which goes first in each of
-``--rounds`` rounds so that machine noise hits both, and prints the ratios per round and their median.
+process, page faults per step (median; first touches of fresh memory, ~3 us each here).
+``--compare trl`` runs both as fresh processes, alternating which goes first in each of
+``--rounds`` rounds so that machine noise hits both, and prints the ratios per round and their
+median. Our trainer sets glibc's allocator to keep freed memory (``trainer.keep_freed_memory``);
+``--trl-keep-freed-memory`` gives TRL's process the same settings (``GLIBC_TUNABLES``), to see
+how much of the ratio is that setting.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--compare", choices=["trl"], default=None, help="also run TRL's GRPOTrainer, alternating")
     p.add_argument("--rounds", type=int, default=3, help="with --compare: rounds of (ours, TRL) runs")
     p.add_argument("--trl-script", type=Path, default=DEFAULT_TRL_SCRIPT, help="the TRL baseline script")
+    p.add_argument("--trl-keep-freed-memory", action="store_true",
+                   help="run TRL with our trainer.keep_freed_memory malloc settings too (GLIBC_TUNABLES)")
     p.add_argument("--keep-run", type=Path, default=None, help="write our run folder here instead of a temp dir")
     args = p.parse_args(argv)
     problems = [f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}"
@@ -215,8 +221,8 @@ def _last_result_line(stdout: str, what: str) -> str:
     return lines[-1]
 
 
-def _child(cmd: list[str], what: str) -> str:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _child(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
@@ -251,7 +257,12 @@ def trl_in_subprocess(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench_trl_") as tmp:
         out = Path(tmp) / "trl.json"
         cmd = [sys.executable, str(args.trl_script), *_workload_flags(args), "--quiet", "--json-out", str(out)]
-        _child(cmd, f"the TRL script {args.trl_script}")
+        extra = {}
+        if args.trl_keep_freed_memory:  # the allocator settings our trainer makes in-process
+            from reasoning_rl.memory import glibc_tunables
+
+            extra["GLIBC_TUNABLES"] = glibc_tunables()
+        _child(cmd, f"the TRL script {args.trl_script}", extra)
         data = json.loads(out.read_text())
     res, phases = data["results"], data["results"]["phase_seconds_measured"]
     measured = max(1, data["results"]["steps_run"] - args.warmup_steps)

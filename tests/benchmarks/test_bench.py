@@ -48,6 +48,36 @@ def test_train_bench_runs_our_trainer_for_two_steps(tmp_path, backend):
     assert f["sec_per_step"] > 0 and f["gen_tokens_per_sec"] > 0 and f["peak_rss_mb"] > 0
     assert set(f["phase_sec_per_step"]) == {"generate", "reward", "frozen_logprobs", "policy", "optimizer", "other"}
     assert 32 <= f["completion_tokens_per_step"] <= 4 * 32  # 4 prompts x G 8, 1..4 tokens each
+    assert f["page_faults_per_step"] >= 0
+
+
+_FAKE_TRL = """
+import json, os, sys
+out = sys.argv[sys.argv.index("--json-out") + 1]
+phases = dict.fromkeys(["generate", "ref_logps", "rollout_other", "policy_fwd_loss", "backward", "optimizer",
+                        "other"], 0.1)
+json.dump({"results": {"sec_per_step_median": 0.5, "gen_tokens_per_sec": 100.0, "peak_rss_mb": 600.0,
+                       "phase_seconds_measured": phases, "steps_run": 3, "foreign_cpu_seconds_train": 0.0},
+           "model": {"params": 1}, "versions": {"tunables": os.environ.get("GLIBC_TUNABLES")},
+           "trl_resolved": {"argv": sys.argv[1:]}}, open(out, "w"))
+"""
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_trl_runs_with_the_workload_flags_and_optionally_our_allocator_settings(tmp_path, keep, monkeypatch):
+    from benchmarks.perf.train import parse_args, trl_in_subprocess
+    from reasoning_rl.memory import glibc_tunables
+
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    script = tmp_path / "fake_trl.py"
+    script.write_text(_FAKE_TRL)
+    args = parse_args(["--steps", "3", "--warmup-steps", "1", "--threads", "1", "--trl-script", str(script),
+                       *(["--trl-keep-freed-memory"] if keep else [])])
+    figures = trl_in_subprocess(args)
+    assert figures["sec_per_step"] == 0.5 and figures["phase_sec_per_step"]["generate"] == pytest.approx(0.05)
+    assert figures["versions"]["tunables"] == (glibc_tunables() if keep else None)
+    argv = figures["trl_resolved"]["argv"]
+    assert argv[argv.index("--steps") + 1] == "3" and argv[argv.index("--threads") + 1] == "1"
 
 
 def test_train_bench_rejects_bad_flags_with_the_fix(capsys):
