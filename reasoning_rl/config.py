@@ -88,8 +88,9 @@ class TrainerConfig:
     """torch.set_num_threads (null = torch's default)."""
     keep_freed_memory: bool = True
     """Have glibc's malloc keep freed memory for reuse (reasoning_rl.memory.keep_freed_memory):
-    a step's activations then reuse pages instead of faulting fresh ones in (~1900 page faults a
-    step, 3-4% of a small CPU model's step). Results are unchanged; no effect off glibc."""
+    a step's activations then reuse pages instead of faulting fresh ones in (2200-2500 page
+    faults a step on the benchmark workload, ~3 us each). Process-wide; results are unchanged;
+    no effect off glibc."""
     shared_prompt_forward: bool = True
     """Encode each group's prompt once in the policy and reference forward passes and
     reuse its key/value cache for the G completions (exact: same log-probs and gradients;

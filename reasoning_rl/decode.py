@@ -44,6 +44,8 @@ quantised layers, forward hooks, sharded parameters), are refused by
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -289,19 +291,19 @@ def shared_prefix_attention(q: torch.Tensor, prefix_k: torch.Tensor, prefix_v: t
     probs = torch.cat([prefix, own], dim=-1).softmax(dim=-1)  # [B, kv, rows, P + S]
     p_prefix = probs[..., :p].reshape(u, g, kv, rows, p).transpose(1, 2).reshape(u, kv, g * rows, p)
     out = torch.matmul(p_prefix, prefix_v).view(u, kv, g, rows, d).transpose(1, 2).reshape(b, kv, rows, d)
-    return (out + torch.matmul(probs[..., p:], v)).view(b, heads, length, d)
+    return (out + torch.matmul(probs[..., p:], v)).reshape(b, heads, length, d)  # a copy when U = 1
 
 
 def group_size(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
-    """G when rows ``i*G .. i*G+G-1`` of a batch hold the same prompt for every i (a batch of
-    whole groups, as the engines build it), else 1."""
+    """The largest G such that rows ``i*G .. i*G+G-1`` of a batch hold the same prompt for every
+    i: the greatest common divisor of the lengths of its runs of equal consecutive rows (ids and
+    mask). A batch of whole groups of n samples gives n (or a divisor of it when a prompt
+    appears in two neighbouring groups); 1 when no two neighbouring rows agree."""
     b = input_ids.shape[0]
     same = (input_ids[1:] == input_ids[:-1]).all(-1) & (attention_mask[1:] == attention_mask[:-1]).all(-1)
-    g = int(torch.cat([~same, same.new_ones(1)]).int().argmax()) + 1  # length of the first run
-    if g == 1 or b % g:
-        return 1
-    ids, mask = input_ids.view(b // g, g, -1), attention_mask.view(b // g, g, -1)
-    return g if bool((ids == ids[:, :1]).all()) and bool((mask == mask[:, :1]).all()) else 1
+    starts = (~same).nonzero().squeeze(1) + 1  # [runs - 1]: the rows where a new prompt begins
+    bounds = [0, *starts.tolist(), b]
+    return math.gcd(*(end - start for start, end in itertools.pairwise(bounds)))
 
 
 def _head_dim(cfg: Any) -> int:
@@ -316,9 +318,10 @@ class LeanDecoder:
     ``fuse`` (the default for models of at most ``FUSE_MAX_PARAMETERS`` parameters) it holds
     fused copies of the q/k/v and gate/up weights (:class:`LayerWeights`) as they were when it was built.
 
-    The cache: each distinct prompt's keys and values once, ``[U, H_kv, P, d]`` per layer (a
-    group's G rows share them: :func:`shared_prefix_attention`), and each row's new tokens'
-    ``[B, H_kv, T, d]``, preallocated and written in place."""
+    The cache: each group's prompt keys and values once, ``[U, H_kv, P, d]`` per layer for the
+    U = B / G groups of G equal consecutive rows (:func:`group_size`; the G rows share them:
+    :func:`shared_prefix_attention`), and each row's new tokens' ``[B, H_kv, T, d]``,
+    preallocated and written in place. Equal prompts that are not neighbours are cached apart."""
 
     def __init__(self, model: Any, fuse: bool | None = None) -> None:
         reason = lean_decoder_support(model)
@@ -331,6 +334,11 @@ class LeanDecoder:
         self.num_kv_heads = getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads
         self.head_dim = _head_dim(model.config)
         self.release()
+
+    @property
+    def prompts_cached(self) -> int:
+        """U: how many prompt caches the last :meth:`prefill` keeps (B / G)."""
+        return self._prefix[0][0].shape[0] if self._prefix else 0
 
     def release(self) -> None:
         """Free the key/value cache."""
@@ -349,13 +357,16 @@ class LeanDecoder:
         groups of G rows holding the same prompt (:func:`group_size`), each prompt runs once and
         its keys and values are kept once: causal attention makes a prompt's cache independent
         of what follows it."""
-        b = input_ids.shape[0]
+        b, p = input_ids.shape
         device = input_ids.device
         dtype = self.model.model.embed_tokens.weight.dtype
         g = group_size(input_ids, attention_mask)
         prompt_pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
         new_pos = attention_mask.sum(-1, keepdim=True) + torch.arange(max_new_tokens, device=device)  # [B, T]
-        self._cos, self._sin = rope_tables(self.model, new_pos)  # [B, 1, T, d]
+        # One call for every position (prompt and new), as the training forward makes it: rotary
+        # variants that scale with the longest position (dynamic, longrope) see the same length.
+        cos, sin = rope_tables(self.model, torch.cat([prompt_pos, new_pos], dim=1))  # [B, 1, P+T, d]
+        self._cos, self._sin = cos[:, :, p:], sin[:, :, p:]  # [B, 1, T, d]
         valid = attention_mask[::g].bool()  # [U, P]
         # Decode steps add this to the prompt's scores: 0 where a key is visible, -inf on padding.
         self._prefix_bias = additive_mask(valid[:, None, None, :], dtype)  # [U, 1, 1, P]
@@ -365,7 +376,7 @@ class LeanDecoder:
         self._prefix, self._length = [], 0
 
         mask = additive_mask(prompt_mask(valid), dtype)  # [U, 1, P, P]
-        cos, sin = rope_tables(self.model, prompt_pos[::g])  # [U, 1, P, d]
+        cos, sin = cos[::g, :, :p], sin[::g, :, :p]  # [U, 1, P, d]
         h = F.embedding(input_ids[::g], self.model.model.embed_tokens.weight)  # [U, P, D]
         last = len(self.weights) - 1
         for i, w in enumerate(self.weights):

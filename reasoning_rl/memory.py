@@ -9,7 +9,6 @@ GRPO (policy + reference) against PPO (policy + reference + critic), DeepSeekMat
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import resource
 import sys
 from collections.abc import Iterable
@@ -38,22 +37,25 @@ def keep_freed_memory() -> bool:
     ``trim_threshold`` bytes at its top are free, and it grows by ``top_pad`` bytes more than
     asked (address space: pages count as resident only once touched). Without the padding, a
     heap whose top is pinned by a small live block grew a little every step and faulted in what
-    it grew. Returns False where it does not apply (not glibc; a refused value).
+    it grew. Returns False where it does not apply: no ``mallopt`` in the process (not Linux), or
+    one refused (musl's returns 0 for every call; the settings before a refusal stay made).
+    Process-wide and kept for the process's life (a notebook or test process that builds a
+    trainer keeps it); processes started afresh (the reward workers, the sandbox) do not inherit it.
 
     Why: a training step allocates and frees the same activations every step (a 1 MiB MLP
     activation is 256 pages). With glibc's defaults many of them come back as fresh pages, and
     each first touch is a page fault, about 3 us on the development VM: 2200-2500 faults a step
-    on the benchmark workload, about 0 with this (docs/performance.md). Same numbers computed, no
+    on the benchmark workload (~7 ms of a ~160 ms step), 0 with this (docs/performance.md). Same numbers computed, no
     change to any result; the process keeps what it freed (its peak resident memory stays that
     of its largest step). :func:`glibc_tunables` gives the same settings to another process."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):  # musl and other libcs have no mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this process already runs on
+    except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return all([bool(mallopt(_MALLOPT[name], value)) for name, value in KEPT_MEMORY.items()])
+    return all(mallopt(_MALLOPT[name], value) == 1 for name, value in KEPT_MEMORY.items())
 
 
 def glibc_tunables() -> str:

@@ -112,8 +112,9 @@ class HFEngine:
             flat: list[Completion] = []
             # Repeat each prompt n times so one padded batch holds whole groups.
             expanded = [p for p in prompts for _ in range(n)]
-            for start in range(0, len(expanded), self.batch_size):
-                flat.extend(self._generate_batch(expanded[start:start + self.batch_size], sampling))
+            rows = self._rows_per_batch(n)
+            for start in range(0, len(expanded), rows):
+                flat.extend(self._generate_batch(expanded[start:start + rows], sampling))
         finally:
             set_training(self.model, was_training)
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
@@ -121,6 +122,10 @@ class HFEngine:
     def _needs_eval_mode(self) -> bool:
         """``generate`` runs the model's modules, whose dropout must be off while sampling."""
         return True
+
+    def _rows_per_batch(self, n: int) -> int:
+        """Rows of one ``generate`` call: ``batch_size``."""
+        return self.batch_size
 
     def _generate_batch(self, prompts: list[str], sampling: SamplingConfig) -> list[Completion]:
         tok = self.tokenizer
@@ -193,6 +198,12 @@ class NativeEngine(HFEngine):
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, lean: bool = True) -> None:
         super().__init__(model, tokenizer, batch_size)
         self.lean = lean
+
+    def _rows_per_batch(self, n: int) -> int:
+        """``batch_size`` rounded down to whole groups of ``n`` (when it holds one): the lean
+        decoder keeps one prompt cache per group (:func:`reasoning_rl.decode.group_size`), and a
+        batch that cuts a group in two would share none."""
+        return self.batch_size // n * n if self.batch_size >= n else self.batch_size
 
     def _needs_eval_mode(self) -> bool:
         """Not for the lean decoder: it reads the weights and has no dropout in either mode, so

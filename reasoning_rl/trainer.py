@@ -71,7 +71,8 @@ class Trainer:
         if cfg.trainer.num_threads:
             torch.set_num_threads(cfg.trainer.num_threads)
         if cfg.trainer.keep_freed_memory and not keep_freed_memory():
-            log.info("trainer.keep_freed_memory: this C library has no mallopt; left as it is")
+            log.info("trainer.keep_freed_memory: this C library has no mallopt or refused a setting of "
+                     "reasoning_rl.memory.KEPT_MEMORY; freed memory may go back to the kernel as before")
         seed_everything(cfg.trainer.seed)
         self.task = Task(cfg.task)
         self.reward = self.task.reward()

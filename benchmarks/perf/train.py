@@ -85,6 +85,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         problems.append(f"--group must be >= 2 (GRPO's group statistics), got {args.group}")
     if args.compare == "trl" and not args.trl_script.exists():
         problems.append(f"--trl-script {args.trl_script} does not exist; pass the path of trl_grpo_cpu.py")
+    if args.trl_keep_freed_memory and args.compare != "trl":
+        problems.append("--trl-keep-freed-memory applies to TRL's runs: add --compare trl")
     if problems:
         p.error("; ".join(problems))
     return args
@@ -261,7 +263,7 @@ def trl_in_subprocess(args: argparse.Namespace) -> dict[str, Any]:
         if args.trl_keep_freed_memory:  # the allocator settings our trainer makes in-process
             from reasoning_rl.memory import glibc_tunables
 
-            extra["GLIBC_TUNABLES"] = glibc_tunables()
+            extra["GLIBC_TUNABLES"] = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), glibc_tunables()]))
         _child(cmd, f"the TRL script {args.trl_script}", extra)
         data = json.loads(out.read_text())
     res, phases = data["results"], data["results"]["phase_seconds_measured"]

@@ -71,8 +71,8 @@ def test_trl_runs_with_the_workload_flags_and_optionally_our_allocator_settings(
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     script = tmp_path / "fake_trl.py"
     script.write_text(_FAKE_TRL)
-    args = parse_args(["--steps", "3", "--warmup-steps", "1", "--threads", "1", "--trl-script", str(script),
-                       *(["--trl-keep-freed-memory"] if keep else [])])
+    args = parse_args(["--steps", "3", "--warmup-steps", "1", "--threads", "1", "--compare", "trl",
+                       "--trl-script", str(script), *(["--trl-keep-freed-memory"] if keep else [])])
     figures = trl_in_subprocess(args)
     assert figures["sec_per_step"] == 0.5 and figures["phase_sec_per_step"]["generate"] == pytest.approx(0.05)
     assert figures["versions"]["tunables"] == (glibc_tunables() if keep else None)
@@ -84,3 +84,6 @@ def test_train_bench_rejects_bad_flags_with_the_fix(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--steps", "3", "--warmup-steps", "3", "--no-results"])
     assert "--warmup-steps must be in [0, --steps)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--trl-keep-freed-memory", "--no-results"])
+    assert "add --compare trl" in capsys.readouterr().err

@@ -18,16 +18,17 @@ def _tokenizer():
     return build_tiny_model(TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32))[1]
 
 
-def _model(arch: str, kv_heads: int, dtype=torch.float32):
+def _model(arch: str, kv_heads: int, dtype=torch.float32, **config):
     tok = _tokenizer()
     shape = dict(vocab_size=len(tok), hidden_size=48, num_hidden_layers=2, num_attention_heads=6,
                  num_key_value_heads=kv_heads, intermediate_size=96, max_position_embeddings=128)
+    shape.update(config)
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**shape)) if arch == "llama" else Qwen2ForCausalLM(Qwen2Config(**shape))
     return model.to(dtype).eval(), tok
 
 
-def _lean_and_full_logits(model, tok, new_tokens=6, prompts=PROMPTS):
+def _lean_and_full_logits(model, tok, new_tokens=6, prompts=PROMPTS, cached=None):
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
     ids, mask = enc["input_ids"], enc["attention_mask"]
     with torch.inference_mode():
@@ -41,6 +42,8 @@ def _lean_and_full_logits(model, tok, new_tokens=6, prompts=PROMPTS):
         full_mask = torch.cat([mask, torch.ones(len(prompts), new_tokens - 1, dtype=mask.dtype)], 1)
         positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
         full = model(input_ids=full_ids, attention_mask=full_mask, position_ids=positions).logits
+    if cached is not None:
+        cached.append(decoder.prompts_cached)
     return torch.stack(steps, 1), full[:, ids.shape[1] - 1:]
 
 
@@ -52,29 +55,47 @@ def test_every_step_is_the_full_forward(arch, kv_heads):
     torch.testing.assert_close(lean, full, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("arch,kv_heads", [("llama", 6), ("qwen2", 3), ("llama", 1)])
-def test_groups_sharing_a_prompt_keep_one_cache_and_give_the_full_forward(arch, kv_heads):
-    """A batch of whole groups (G consecutive rows per prompt, as the engines build it) keeps
-    each prompt's keys and values once; every row's logits are still its full forward's."""
+@pytest.mark.parametrize("arch,kv_heads,rows,caches", [
+    ("llama", 6, [p for p in PROMPTS for _ in range(3)], 4),
+    ("qwen2", 3, [p for p in PROMPTS for _ in range(3)], 4),
+    ("llama", 1, [p for p in PROMPTS for _ in range(3)], 4),
+    ("qwen2", 3, [PROMPTS[0]] * 3, 1),  # one group: grouped-query heads, U = 1
+    ("llama", 2, [PROMPTS[0]] * 4 + [PROMPTS[1]] * 2, 3),  # runs of 4 and 2: groups of 2
+])
+def test_groups_sharing_a_prompt_keep_one_cache_and_give_the_full_forward(arch, kv_heads, rows, caches):
+    """Rows in groups of G equal consecutive prompts (as the engines build them) keep one
+    prompt cache per group; every row's logits are still its full forward's."""
     model, tok = _model(arch, kv_heads)
-    grouped = [p for p in PROMPTS for _ in range(3)]
-    lean, full = _lean_and_full_logits(model, tok, prompts=grouped)
+    cached = []
+    lean, full = _lean_and_full_logits(model, tok, prompts=rows, cached=cached)
+    torch.testing.assert_close(lean, full, rtol=1e-5, atol=1e-5)
+    assert cached == [caches]
+
+
+def test_rotary_scaling_sees_the_whole_sequence_as_the_full_forward_does():
+    # LongRoPE picks its frequencies from the longest position of the call: prompts shorter
+    # than original_max_position_embeddings (8) that grow past it while decoding must get the
+    # long factors for their prompt positions too, as the full forward (and training) gives them.
+    rope = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [4.0] * 4,
+            "original_max_position_embeddings": 8, "factor": 4.0}
+    model, tok = _model("llama", 2, max_position_embeddings=32, rope_scaling=rope)
+    lean, full = _lean_and_full_logits(model, tok, new_tokens=8, prompts=["1+2="] * 2 + ["12*3 is"] * 2)
     torch.testing.assert_close(lean, full, rtol=1e-5, atol=1e-5)
 
 
-def test_group_size_finds_whole_groups_only():
+def test_group_size_is_the_common_length_of_runs_of_equal_rows():
     ids = torch.tensor([[1, 2], [1, 2], [3, 4], [3, 4], [5, 6], [5, 6]])
     mask = torch.ones_like(ids)
     assert group_size(ids, mask) == 2
-    assert group_size(ids[:5], mask[:5]) == 1  # 5 rows are not whole groups of 2
-    assert group_size(ids[[0, 2, 1, 3]], mask[:4]) == 1  # equal prompts, not consecutive
+    assert group_size(ids[:5], mask[:5]) == 1  # runs of 2, 2, 1
+    assert group_size(ids[[0, 2, 1, 3]], mask[:4]) == 1  # equal prompts, not neighbours
     assert group_size(ids[:2], mask[:2]) == 2
     assert group_size(ids[:1], mask[:1]) == 1
+    assert group_size(ids[[0, 0, 0, 0, 2, 2]], mask) == 2  # runs of 4 and 2
+    assert group_size(ids[[0, 0, 0]], mask[:3]) == 3
     other_mask = mask.clone()
     other_mask[1, 0] = 0  # same ids, different padding: not the same prompt
     assert group_size(ids, other_mask) == 1
-    uneven = torch.tensor([[1, 2], [1, 2], [3, 4], [5, 6]])
-    assert group_size(uneven, torch.ones_like(uneven)) == 1
 
 
 def test_bfloat16_matches_the_module_forward_to_its_precision():
@@ -121,6 +142,17 @@ def test_the_engine_samples_the_same_tokens_with_and_without_it():
     sampling = SamplingConfig(max_new_tokens=10, temperature=0.8, top_p=0.9)
     lean = NativeEngine(model, tok).generate(PROMPTS[:2], 4, sampling, seed=5)
     module = NativeEngine(model, tok, lean=False).generate(PROMPTS[:2], 4, sampling, seed=5)
+    assert [[c.token_ids for c in g] for g in lean] == [[c.token_ids for c in g] for g in module]
+
+
+@pytest.mark.parametrize("batch_size", [4, 5, 2])
+def test_the_engine_batches_whole_groups_and_samples_as_the_module_path(batch_size):
+    # n = 3 samples per prompt: a batch of 4 or 5 rows holds one whole group (3 rows), one of 2
+    # rows part of a group; grouped-query heads. The same samples as the module path.
+    model, tok = _model("qwen2", 3)
+    sampling = SamplingConfig(max_new_tokens=6, temperature=0.8)
+    lean = NativeEngine(model, tok, batch_size=batch_size).generate(PROMPTS[:3], 3, sampling, seed=4)
+    module = NativeEngine(model, tok, batch_size=batch_size, lean=False).generate(PROMPTS[:3], 3, sampling, seed=4)
     assert [[c.token_ids for c in g] for g in lean] == [[c.token_ids for c in g] for g in module]
 
 
@@ -179,20 +211,20 @@ def test_matmul_attention_equals_scaled_dot_product_attention(kv_heads, monkeypa
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kv_heads,length", [(6, 1), (2, 1), (2, 3)])
-def test_shared_prefix_attention_is_attention_over_the_copied_prefix(kv_heads, length):
+@pytest.mark.parametrize("kv_heads,length,u", [(6, 1, 2), (2, 1, 2), (2, 3, 2), (2, 1, 1), (3, 2, 1)])
+def test_shared_prefix_attention_is_attention_over_the_copied_prefix(kv_heads, length, u):
     # Groups of 3 rows share a left-padded prefix and see all their own keys (a decode step, or
     # several queries that may see every own key). Values and gradients, prefix included,
     # against attention() over each row's own copy of the prefix.
     from reasoning_rl import decode
 
     torch.manual_seed(0)
-    u, g, p, s, d = 2, 3, 5, 4, 8
+    g, p, s, d = 3, 5, 4, 8
     q = torch.randn(u * g, 6, length, d, requires_grad=True)
     prefix_k, prefix_v = (torch.randn(u, kv_heads, p, d, requires_grad=True) for _ in range(2))
     k, v = (torch.randn(u * g, kv_heads, s, d, requires_grad=True) for _ in range(2))
     valid = torch.ones(u, p, dtype=torch.bool)
-    valid[1, :2] = False  # prefix 1 is left-padded
+    valid[-1, :2] = False  # the last prefix is left-padded
     weights = torch.linspace(-1, 1, q.numel()).view_as(q)
 
     def grads(out):
