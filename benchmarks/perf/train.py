@@ -182,11 +182,10 @@ def _minor_faults() -> int:
 
 
 def summarise(args: argparse.Namespace, walls: list[float], metrics: list[dict[str, Any]], params: int,
-              peak_rss_mb: float, foreign_cpu: float, step_faults: list[int] | None = None) -> dict[str, Any]:
+              peak_rss_mb: float, foreign_cpu: float, step_faults: list[int]) -> dict[str, Any]:
     """The figures of one run from its per-step wall times and logged metrics."""
     keep = slice(args.warmup_steps, None)
     walls_kept, kept = walls[keep], metrics[keep]
-    faults_kept = (step_faults or [])[keep]
     phases = {k: statistics.fmean(m.get(f"time/{k}", 0.0) for m in kept) for k in PHASES if k != "other"}
     phases["other"] = max(0.0, statistics.fmean(walls_kept) - sum(phases.values()))
     tokens = sum(m["completion/tokens"] for m in kept)
@@ -201,7 +200,7 @@ def summarise(args: argparse.Namespace, walls: list[float], metrics: list[dict[s
         "phase_sec_per_step": phases, "peak_rss_mb": peak_rss_mb, "params": params,
         "reward_mean": statistics.fmean(m["reward/mean"] for m in metrics),
         "kl_mean_last": metrics[-1]["kl/mean"], "foreign_cpu_sec": foreign_cpu,
-        "page_faults_per_step": statistics.median(faults_kept) if faults_kept else float("nan"),
+        "page_faults_per_step": statistics.median(step_faults[keep]),
     }
 
 
@@ -210,7 +209,7 @@ def print_ours(f: dict[str, Any], label: str = "ours") -> None:
     print(f"[{label}] {f['sec_per_step']:.4f} s/step (median of steps {f['median_over_steps']}), "
           f"{f['gen_tokens_per_sec']:.0f} generated tokens/s, peak RSS {f['peak_rss_mb']:.0f} MB, "
           f"{f['params']:,} parameters, other processes' CPU {f['foreign_cpu_sec']:.1f} s, "
-          f"{f.get('page_faults_per_step', float('nan')):.0f} page faults/step")
+          f"{f['page_faults_per_step']:.0f} page faults/step")
     print(f"[{label}] ms per step: {phases}")
 
 
