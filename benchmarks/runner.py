@@ -26,12 +26,13 @@ from benchmarks.evaluate import (
     read_samples,
 )
 from reasoning_rl.atomic import atomic_write_text
+from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem, load_problems
 from reasoning_rl.tasks.definition import DatasetDefinition, get_definition, list_definitions
 from reasoning_rl.tasks.scoring import grade
 
 
-class CodeExecutionNotAllowed(RuntimeError):
+class CodeExecutionNotAllowed(UserError, RuntimeError):
     """A code benchmark was asked for without ``allow_code_execution=true``."""
 
 

@@ -26,6 +26,7 @@ from reasoning_rl.algo.registry import AlgorithmNotFoundError
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.checkpoint import latest_checkpoint
 from reasoning_rl.config import ConfigError, TrainConfig, register_configs
+from reasoning_rl.errors import UserError
 from reasoning_rl.run_status import config_differences, failure_fields, read_status, write_status
 from reasoning_rl.tasks.data import TaskDataError
 from reasoning_rl.tasks.definition import DefinitionNotFoundError
@@ -69,7 +70,7 @@ def format_eval_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-class RunFolderConflict(RuntimeError):
+class RunFolderConflict(UserError, RuntimeError):
     """The run folder holds another run (other settings): training there would mix the two."""
 
 

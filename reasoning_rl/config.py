@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from reasoning_rl.algo.base import AlgoConfig
 from reasoning_rl.algo.grpo import GRPOConfig
+from reasoning_rl.errors import UserError
 from reasoning_rl.models import ModelConfig
 from reasoning_rl.tasks import TaskConfig
 
@@ -152,7 +153,7 @@ class TrainConfig:
     evaluation: EvalConfig = field(default_factory=EvalConfig)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """Settings that cannot run, each named by its key."""
 
 

@@ -23,13 +23,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from reasoning_rl.errors import UserError
+
 log = logging.getLogger(__name__)
 
 SOURCE_FILE = "reasoning_rl_gguf_source.json"
 """Written into the converted folder: which package, version and file it came from."""
 
 
-class ModelNotAvailableError(FileNotFoundError):
+class ModelNotAvailableError(UserError, FileNotFoundError):
     """The model's files are not here and cannot be fetched: a missing package, file or hub access."""
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
+from reasoning_rl.errors import UserError
 from rewards.types import VerifierResult, as_result
 
 ENTRY_POINT_GROUP = "reasoning_rl.verifiers"
@@ -45,11 +46,8 @@ _entry_points_loaded = False
 T = TypeVar("T")
 
 
-class VerifierNotFoundError(KeyError):
+class VerifierNotFoundError(UserError, KeyError):
     """Raised by :func:`get_verifier` for an unknown name."""
-
-    def __str__(self) -> str:  # KeyError would print the message in quotes
-        return str(self.args[0])
 
 
 def register_verifier(name: str) -> Callable[[T], T]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from importlib import import_module, metadata
 
 from reasoning_rl.algo.base import AlgoConfig, Algorithm
+from reasoning_rl.errors import UserError
 
 ENTRY_POINT_GROUP = "reasoning_rl.algorithms"
 BUILTIN_MODULES = ("reasoning_rl.algo.grpo", "reasoning_rl.algo.ppo", "reasoning_rl.algo.sft", "reasoning_rl.algo.rft",
@@ -22,9 +23,8 @@ BUILTIN_MODULES = ("reasoning_rl.algo.grpo", "reasoning_rl.algo.ppo", "reasoning
 """Modules whose import registers the built-in algorithms."""
 
 
-class AlgorithmNotFoundError(KeyError):
-    def __str__(self) -> str:  # KeyError would print the message in quotes
-        return str(self.args[0])
+class AlgorithmNotFoundError(UserError, KeyError):
+    """An unknown algorithm name (the message lists the known ones)."""
 
 
 @dataclass(frozen=True)

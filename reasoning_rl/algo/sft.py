@@ -21,6 +21,7 @@ from reasoning_rl.algo.base import AlgoConfig, StepOutput
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
 from reasoning_rl.algo.likelihood import sft_coefficients
 from reasoning_rl.algo.registry import register_algorithm
+from reasoning_rl.errors import UserError
 
 
 @dataclass
@@ -33,7 +34,7 @@ class SFTConfig(AlgoConfig):
     """Reference solutions per optimisation step."""
 
 
-class MissingSolutionError(ValueError):
+class MissingSolutionError(UserError, ValueError):
     """A training row has no reference solution for SFT to imitate."""
 
 

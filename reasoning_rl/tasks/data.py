@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reasoning_rl.errors import UserError
 from reasoning_rl.hub import first_line, hub_unreachable
 from reasoning_rl.tasks.definition import DatasetDefinition, DatasetSource
 from reasoning_rl.tasks.extractors import EXTRACTORS, ReferenceExtractionError
 
 
-class TaskDataError(ValueError):
+class TaskDataError(UserError, ValueError):
     """A dataset source, file or row does not fit its definition."""
 
 

@@ -29,17 +29,15 @@ from typing import Any
 
 import yaml
 
+from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.extractors import EXTRACTORS
 
 METRICS = ("accuracy", "pass@k", "maj@k")
 CORRUPTIONS = ("answer", "code")
 
 
-class DefinitionNotFoundError(KeyError):
+class DefinitionNotFoundError(UserError, KeyError):
     """Raised by :func:`get_definition` for an unknown name."""
-
-    def __str__(self) -> str:  # KeyError would print the message in quotes
-        return str(self.args[0])
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from reasoning_rl.errors import UserError
 from rewards.math.braces import matching_brace
 
 
-class ReferenceExtractionError(ValueError):
+class ReferenceExtractionError(UserError, ValueError):
     """The reference answer of a row could not be extracted."""
 
 

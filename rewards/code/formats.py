@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reasoning_rl.errors import UserError
+
 
 @dataclass(frozen=True)
 class FunctionalTests:
@@ -78,7 +80,7 @@ class StdioTests:
 Tests = FunctionalTests | StdioTests
 
 
-class MissingFieldError(ValueError):
+class MissingFieldError(UserError, ValueError):
     """A dataset row lacks the fields of every test format."""
 
 
