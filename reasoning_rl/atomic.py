@@ -44,20 +44,38 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_directory_write(final: str | Path, write: Callable[[Path], None]) -> Path:
-    """Run ``write(tmp_dir)`` then rename ``tmp_dir`` to ``final`` (replacing an old one)."""
+    """Run ``write(tmp_dir)`` then rename ``tmp_dir`` to ``final`` (replacing an old one).
+
+    The folder is filled under ``.<name>.tmp`` next to ``final``. When ``write`` raises (a full
+    disk, an interrupt, any exception) the temporary folder is removed and the error propagates:
+    nothing is left behind and an old ``final`` is untouched. Replacing an old ``final`` takes two
+    renames (old aside to ``.<name>.old``, new in); should the second fail, the old one is put
+    back. A process killed between the two leaves only ``.<name>.old``: the next call for the same
+    ``final`` restores it before writing, so a complete folder is never lost.
+    """
     final = Path(final)
     tmp = final.parent / f".{final.name}.tmp"
+    old = final.parent / f".{final.name}.old"
+    if old.exists() and not final.exists():
+        os.replace(old, final)  # a kill between the two renames of an earlier call
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    write(tmp)
-    if final.exists():
-        old = final.parent / f".{final.name}.old"
+    try:
+        write(tmp)
+        if not final.exists():
+            os.replace(tmp, final)
+            return final
         if old.exists():
             shutil.rmtree(old)
         os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, final)
+        try:
+            os.replace(tmp, final)
+        except BaseException:
+            os.replace(old, final)
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old)
     return final

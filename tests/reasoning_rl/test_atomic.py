@@ -1,8 +1,16 @@
 """The one atomic-write helper: a failed write leaves the old file and no temporary behind."""
 
+import errno
+import os
+
 import pytest
 
+from reasoning_rl import atomic
 from reasoning_rl.atomic import atomic_directory_write, atomic_write_bytes, atomic_write_text
+
+
+def _disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def test_write_replaces_and_leaves_no_temporary(tmp_path):
@@ -25,6 +33,17 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["result.bin"]
 
 
+def test_a_full_disk_while_writing_a_file_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "summary.json"
+    atomic_write_text(path, "old")
+    monkeypatch.setattr(atomic.os, "fsync", _disk_full)  # the data does not fit on the disk
+    with pytest.raises(OSError) as info:
+        atomic_write_text(path, "new")
+    assert info.value.errno == errno.ENOSPC
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
 def test_directory_write_is_all_or_nothing(tmp_path):
     final = tmp_path / "checkpoint-1"
     atomic_directory_write(final, lambda d: (d / "a.txt").write_text("1"))
@@ -36,3 +55,47 @@ def test_directory_write_is_all_or_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         atomic_directory_write(final, dies)
     assert sorted(p.name for p in final.iterdir()) == ["a.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-1"]  # no .checkpoint-1.tmp left behind
+
+
+def test_a_full_disk_in_a_first_directory_write_leaves_nothing(tmp_path):
+    def fills_the_disk(d):
+        (d / "model.safetensors").write_bytes(b"\0" * 64)
+        _disk_full()
+
+    with pytest.raises(OSError) as info:
+        atomic_directory_write(tmp_path / "checkpoint-7", fills_the_disk)
+    assert info.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []  # neither checkpoint-7 nor .checkpoint-7.tmp
+
+
+def test_a_failed_swap_puts_the_old_directory_back(tmp_path, monkeypatch):
+    final = tmp_path / "reference"
+    atomic_directory_write(final, lambda d: (d / "a.txt").write_text("old"))
+    replace = os.replace
+
+    def second_rename_fails(src, dst):  # old aside works, new into place does not
+        if str(src).endswith(".tmp"):
+            _disk_full()
+        replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", second_rename_fails)
+    with pytest.raises(OSError):
+        atomic_directory_write(final, lambda d: (d / "a.txt").write_text("new"))
+    assert (final / "a.txt").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["reference"]
+
+
+def test_a_kill_between_the_two_renames_is_repaired_by_the_next_write(tmp_path):
+    # What a kill after "old aside" and before "new in" leaves: the complete old folder, hidden.
+    old = tmp_path / ".checkpoint-3.old"
+    old.mkdir()
+    (old / "a.txt").write_text("old")
+
+    def sees_the_old_one(d):
+        assert (tmp_path / "checkpoint-3" / "a.txt").read_text() == "old"  # restored before writing
+        (d / "a.txt").write_text("new")
+
+    atomic_directory_write(tmp_path / "checkpoint-3", sees_the_old_one)
+    assert (tmp_path / "checkpoint-3" / "a.txt").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-3"]
