@@ -108,10 +108,27 @@ def test_value_loss_gradient_is_cut_where_clipped():
     assert values.grad[0].tolist() == pytest.approx([0.0, -1.5])
 
 
+def test_a_value_inside_the_clip_range_is_never_counted_as_clipped():
+    """float32: V_old + (V - V_old) is not V. With V_old = -0.1, V = 0.2, c = 0.5 it is
+    0.2 + 1.5e-8, a little farther from R = 0 than V, so the clipped branch was the larger
+    one and the token counted as clipped although |V - V_old| = 0.3 < c."""
+    old = torch.tensor([[-0.1, -0.2, 0.1, 0.2]])
+    values = torch.tensor([[0.2, 0.1, -0.2, -0.1]], requires_grad=True)  # each 0.3 from V_old
+    returns = torch.zeros(1, 4)
+    assert (old + torch.clamp(values - old, -0.5, 0.5) != values).all()  # the rounding shown
+    loss, clipped = clipped_value_loss(values, old, returns, clip=0.5)
+    assert clipped[0].tolist() == [False, False, False, False]
+    # Inside the range the loss is the unclipped 1/2 (V - R)^2 and so is its gradient V - R.
+    assert loss[0].tolist() == pytest.approx([0.02, 0.005, 0.02, 0.005])
+    loss.sum().backward()
+    assert values.grad[0].tolist() == pytest.approx([0.2, 0.1, -0.2, -0.1])
+
+
 def test_whiten_uses_only_masked_entries():
     x = torch.tensor([[1.0, 3.0, 100.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    # mean of [1, 3] = 2, population std = 1 -> [-1, +1]; padding 0
+    # mean of [1, 3] = 2, population std = 1 -> [-1, +1] (the unbiased std, sqrt(2), would give
+    # -/+0.707, as verl's masked_whiten); padding 0
     assert whiten(x, mask)[0].tolist() == pytest.approx([-1.0, 1.0, 0.0], abs=1e-6)
     assert whiten(x, torch.tensor([[1.0, 0.0, 0.0]]))[0].tolist() == [0.0, 0.0, 0.0]  # one value: centred
     assert whiten(x, torch.zeros(1, 3))[0].tolist() == [0.0, 0.0, 0.0]
