@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from benchmarks.evaluate import (
     format_metric,
     read_samples,
 )
+from reasoning_rl import checkpoint as ckpt
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem, load_problems
@@ -72,6 +75,64 @@ def model_slug(model: str) -> str:
     return slug(model)
 
 
+@dataclass(frozen=True)
+class Prompting:
+    """How ``run_model`` prompts a model, and where each setting came from (printed and kept in results.json)."""
+
+    chat_template: bool
+    system_prompt: str | None
+    prompt_template: str | None
+    """The template of the run that trained the checkpoint, for its own task; None: the benchmark's own."""
+    sources: dict[str, str]
+    """Setting name -> where its value came from."""
+
+    def describe(self) -> str:
+        template = "the benchmark's own" if self.prompt_template is None else repr(self.prompt_template)
+        values = {"chat_template": str(self.chat_template).lower(), "system_prompt": repr(self.system_prompt),
+                  "prompt_template": template}
+        by_source: dict[str, list[str]] = {}  # one parenthesis per source, in order of first use
+        for k, v in values.items():
+            by_source.setdefault(self.sources[k], []).append(f"{k}={v}")
+        return "; ".join(f"{', '.join(settings)} ({source})" for source, settings in by_source.items())
+
+
+def resolve_prompting(cfg: EvalConfig, tokenizer: Any, spec: DatasetDefinition, model: str) -> Prompting:
+    """Prompt settings for ``model`` on ``spec``: explicit eval settings first, then the checkpoint's
+    ``prompting.json`` (how training prompted it), then today's defaults for a plain model folder or hub
+    name (the chat template when the tokenizer has one, no system prompt).
+
+    ``system_prompt=""`` on the command line means "none" over a trained system prompt. The trained
+    prompt template is used only on the task it was trained on (the benchmark of the same name)."""
+    folder = Path(model).expanduser()
+    trained = ckpt.read_prompting(folder) if folder.is_dir() else None
+    origin = f"trained with, {folder / ckpt.PROMPTING_FILE}"
+    sources: dict[str, str] = {}
+    if cfg.chat_template is not None:
+        chat, sources["chat_template"] = bool(cfg.chat_template), "chat_template= given"
+    elif trained is not None and "chat_template" in trained:
+        chat, sources["chat_template"] = bool(trained["chat_template"]), origin
+    else:
+        has = bool(getattr(tokenizer, "chat_template", None))
+        chat = has
+        sources["chat_template"] = ("the tokenizer has a chat template" if has else "the tokenizer has none") + \
+            (f"; no {ckpt.PROMPTING_FILE} in the model folder" if folder.is_dir() else "")
+    if cfg.system_prompt is not None:
+        system, sources["system_prompt"] = (cfg.system_prompt or None), "system_prompt= given"
+    elif trained is not None:
+        system, sources["system_prompt"] = trained.get("system_prompt"), origin
+    else:
+        system, sources["system_prompt"] = None, "default"
+    template = None
+    if trained is not None and trained.get("task") == spec.name and trained.get("prompt_template") is not None:
+        template = str(trained["prompt_template"])
+        sources["prompt_template"] = origin
+    elif trained is not None:
+        sources["prompt_template"] = f"trained on task {trained.get('task')!r}, not {spec.name!r}"
+    else:
+        sources["prompt_template"] = "default"
+    return Prompting(chat, system, template, sources)
+
+
 def make_verifier(spec: DatasetDefinition, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The benchmark's verifier (built as training builds it) and the data that identifies its scores
     (the score cache key)."""
@@ -105,13 +166,14 @@ class Evaluator:
             from rewards import WorkerPool
 
             self.pool = WorkerPool(cfg.score_workers)
-        self._problems: dict[str, tuple[list[Problem], dict[str, Any]]] = {}
+        self._problems: dict[tuple[str, str], tuple[list[Problem], dict[str, Any]]] = {}
 
     def problems(self, spec: DatasetDefinition) -> tuple[list[Problem], dict[str, Any]]:
-        if spec.name not in self._problems:
-            self._problems[spec.name] = load_problems(spec, self.cfg.split, data_dir=self.cfg.data_dir,
-                                                      data_file=self.cfg.data_files, limit=self.cfg.limit)
-        return self._problems[spec.name]
+        key = (spec.name, spec.prompt_template)  # a checkpoint's own prompt template renders other prompts
+        if key not in self._problems:
+            self._problems[key] = load_problems(spec, self.cfg.split, data_dir=self.cfg.data_dir,
+                                                data_file=self.cfg.data_files, limit=self.cfg.limit)
+        return self._problems[key]
 
     def header(self, model: dict[str, Any], dataset: dict[str, Any]) -> dict[str, Any]:
         import reasoning_rl
@@ -141,20 +203,26 @@ class Evaluator:
         from reasoning_rl.tasks.prompts import build_prompt, fewshot_pairs
 
         cfg = self.cfg
+        prompting = resolve_prompting(cfg, tokenizer, spec, model)
+        print(f"prompting {spec.name} for {model}: {prompting.describe()}")
+        if prompting.prompt_template is not None:
+            spec = dataclasses.replace(spec, prompt_template=prompting.prompt_template)
+        use_chat, system_prompt = prompting.chat_template, prompting.system_prompt
         problems, dataset = self.problems(spec)
         scoring, equivalence = self.scoring(spec)
         shots = fewshot_pairs(spec, cfg.num_fewshot, cfg.data_dir)
-        use_chat = bool(getattr(tokenizer, "chat_template", None)) if cfg.chat_template is None else cfg.chat_template
         sampling = sampling_config(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens,
                                    () if use_chat else spec.stop)
         settings = {"model": str(model), "benchmark": spec.key, "n": cfg.n, "sampling": dataclasses.asdict(sampling),
-                    "chat_template": use_chat, "system_prompt": cfg.system_prompt, "num_fewshot": cfg.num_fewshot,
-                    "seed": cfg.seed, "backend": resolve_backend(cfg.backend, cfg.device)}
+                    "chat_template": use_chat, "system_prompt": system_prompt, "num_fewshot": cfg.num_fewshot,
+                    "seed": cfg.seed, "backend": resolve_backend(cfg.backend, cfg.device),
+                    **({"prompt_template": prompting.prompt_template} if prompting.prompt_template else {})}
         source = EngineSource(
             engine=engine, sampling=sampling, n=cfg.n, seed=cfg.seed, settings=settings,
-            build_prompt=lambda p: build_prompt(p.prompt, shots, tokenizer, use_chat, cfg.system_prompt),
+            build_prompt=lambda p: build_prompt(p.prompt, shots, tokenizer, use_chat, system_prompt),
         )
-        model_info = {"name_or_path": str(model), "step": step, "generation": settings}
+        model_info = {"name_or_path": str(model), "step": step, "generation": settings,
+                      "prompting_sources": prompting.sources}
         return evaluate(spec, problems, source, scoring, out, k_values=cfg.k, generation_chunk=cfg.generation_chunk,
                         overwrite=cfg.overwrite, answer_equivalence=equivalence,
                         header=self.header(model_info, dataset), show_progress=cfg.progress)
@@ -200,6 +268,7 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
     elif cfg.model_name_or_path:
         from benchmarks.generation import load_engine
 
+        check_model_folder(cfg.model_name_or_path)
         engine, tokenizer = load_engine(cfg.backend, cfg.model_name_or_path, cfg.device, cfg.dtype, cfg.batch_size,
                                         cfg.seed, vllm=vllm_settings(cfg))
         out = Path(cfg.output_dir) / model_slug(cfg.model_name_or_path)
@@ -225,7 +294,12 @@ def run_sweep(evaluator: Evaluator, specs: Sequence[DatasetDefinition]) -> list[
     out = Path(cfg.output_dir) / slug(run_dir.name)
     rows: dict[str, list[dict[str, Any]]] = {s.name: [] for s in specs}
     results = []
-    for step, folder in find_checkpoints(run_dir):
+    checkpoints = find_checkpoints(run_dir)
+    intact = [(step, folder) for step, folder in checkpoints if _usable(folder)]
+    if not intact:
+        raise ckpt.CheckpointError(f"every checkpoint of {str(run_dir)!r} is corrupt (see the lines above); "
+                                   "nothing to evaluate")
+    for step, folder in intact:
         engine, tokenizer = load_engine(cfg.backend, str(folder), cfg.device, cfg.dtype, cfg.batch_size, cfg.seed,
                                         vllm=vllm_settings(cfg))
         for spec in specs:
@@ -238,6 +312,24 @@ def run_sweep(evaluator: Evaluator, specs: Sequence[DatasetDefinition]) -> list[
         print(f"sweep {spec.name}: {paths['table']} {paths['plot']}")
         print(Path(paths["table"]).read_text())
     return results
+
+
+def check_model_folder(model: str) -> None:
+    """A local model folder must be intact (:func:`reasoning_rl.checkpoint.check_checkpoint`: its manifest,
+    or the structural checks of a plain folder) before anything is loaded; hub names pass through."""
+    from reasoning_rl.models import local_model_path
+
+    folder = local_model_path(model)  # a path-like name that does not exist: one line naming it
+    if folder is not None:
+        ckpt.check_checkpoint(folder, what="model folder")
+
+
+def _usable(folder: Path) -> bool:
+    """In a sweep a corrupt checkpoint is left out with a line saying which and why."""
+    problem = ckpt.checkpoint_problem(folder)
+    if problem is not None:
+        print(f"skipping {folder}: corrupt ({problem})", file=sys.stderr)
+    return problem is None
 
 
 def model_label(r: dict[str, Any]) -> str:

@@ -81,8 +81,9 @@ class Trainer:
             temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
             max_new_tokens=cfg.rollout.max_new_tokens, stop=list(cfg.rollout.stop),
         )
-        latest = ckpt.latest_checkpoint(self.run_dir) if cfg.trainer.resume else None
-        self.resume_from = distributed.broadcast_object(latest)  # one decision for every rank
+        # Rank 0 verifies (skipping corrupt checkpoints, with a warning naming each) and decides for every rank.
+        latest = ckpt.resume_checkpoint(self.run_dir) if cfg.trainer.resume and distributed.is_main() else None
+        self.resume_from = distributed.broadcast_object(latest)
         if cfg.trainer.resume and self.resume_from is None:
             log.warning("trainer.resume=true but %s holds no complete checkpoint; starting fresh", self.run_dir)
         if self.resume_from is not None:
@@ -268,11 +269,12 @@ class Trainer:
         return tagged
 
     def save(self) -> Path:
-        """``checkpoint-<step>``: the policy, and what resuming needs (algorithm state, data position).
+        """``checkpoint-<step>``: the policy, what resuming needs (algorithm state, data position) and how
+        the policy was prompted (``prompting.json``, read by ``reasoning-rl-eval``).
         Every rank calls it; rank 0 writes, the others wait until it is complete (reasoning_rl.checkpoint)."""
         state = {**self.algorithm.state_dict(), "sampler": self.sampler.state_dict()}
         return ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state,
-                                    keep=self.cfg.trainer.keep_checkpoints)
+                                    keep=self.cfg.trainer.keep_checkpoints, prompting=self.task.prompting())
 
     def close(self) -> None:
         self.algorithm.close()

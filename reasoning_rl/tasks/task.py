@@ -191,6 +191,19 @@ class Task:
         except DatasetFieldError:
             return None
 
+    def prompting(self) -> dict[str, Any]:
+        """How the policy is prompted, as a checkpoint records it (``prompting.json``): evaluation
+        prompts the checkpoint the same way by default (docs/evaluation.md)."""
+        return {
+            "task": self.definition.name,
+            "task_config_name": self.cfg.name,
+            "chat_template": self.cfg.use_chat_template,
+            "system_prompt": self.cfg.system_prompt,
+            "prompt_template": self.definition.prompt_template,
+            "prompt_template_overridden": self.cfg.prompt_template is not None,
+            "num_fewshot": 0,
+        }
+
     def render_prompt(self, text: str, tokenizer: Any | None = None) -> str:
         """``text`` as the policy sees it: as a chat user turn when ``use_chat_template`` is on (the same
         :func:`~reasoning_rl.tasks.prompts.build_prompt` evaluation uses, without few-shot examples)."""
