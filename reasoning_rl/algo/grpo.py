@@ -33,6 +33,7 @@ from reasoning_rl.algo.advantages import (
 from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
 from reasoning_rl.algo.losses import KL_ESTIMATORS, LossNormalizer, grpo_loss
 from reasoning_rl.algo.registry import register_algorithm
+from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import pack
 from reasoning_rl.groups import (
     ScoredGroups,
@@ -217,9 +218,9 @@ class GRPO(Algorithm):
         seconds = {"logprobs": time.perf_counter() - t_start, "policy": 0.0, "optimizer": 0.0}
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses).
         norm = LossNormalizer.for_batch([len(c) for c in comps], max_tokens=ctx.sampling.max_new_tokens)
-        local_tokens = max(1, sum(len(c) for c in comps))  # this rank's (= norm.num_tokens in one process)
-        token_stats = ("kl", "clip_low", "clip_high", "ratio", "entropy")
-        totals = {k: 0.0 for k in ("loss", "policy", "grad_norm", *token_stats)}
+        totals = {k: 0.0 for k in ("loss", "policy", "grad_norm")}
+        # Token means over the mu updates, the micro-batches and the ranks (summed, divided once).
+        stats = TokenStats(("kl/mean", "clip/low_fraction", "clip/high_fraction", "ratio/mean", "entropy/mean"))
         params = list(model.parameters())
         for _ in range(a.num_iterations):
             t_policy = time.perf_counter()
@@ -240,13 +241,10 @@ class GRPO(Algorithm):
                 out.loss.backward()  # micro-batch losses add up to the batch loss: no re-weighting
                 totals["loss"] += float(out.loss.detach())
                 totals["policy"] += out.policy_loss
-                # Token means of the micro-batch, weighted by its tokens -> token means of this
-                # rank's batch (reasoning_rl.distributed combines the ranks', weighted by tokens).
-                share = out.num_tokens / local_tokens
-                for key, value in (("kl", out.kl), ("clip_low", out.clip_low_fraction),
-                                   ("clip_high", out.clip_high_fraction), ("ratio", out.ratio_mean),
-                                   ("entropy", float((entropy * mask).sum()) / out.num_tokens)):
-                    totals[key] += value * share
+                for key, mean in (("kl/mean", out.kl), ("clip/low_fraction", out.clip_low_fraction),
+                                  ("clip/high_fraction", out.clip_high_fraction), ("ratio/mean", out.ratio_mean)):
+                    stats.add_mean(key, mean, out.num_tokens)  # the micro-batch's mean, weighted by its tokens
+                stats.add("entropy/mean", entropy, mask)
             t_optimizer = time.perf_counter()
             totals["grad_norm"] += clip_and_measure(params, a.max_grad_norm)
             self.optimizer.step()
@@ -255,9 +253,7 @@ class GRPO(Algorithm):
             seconds["optimizer"] += time.perf_counter() - t_optimizer
         mu = a.num_iterations  # every metric is the mean over the mu updates
         return {
-            "loss/total": totals["loss"] / mu, "loss/policy": totals["policy"] / mu, "kl/mean": totals["kl"] / mu,
-            "clip/low_fraction": totals["clip_low"] / mu, "clip/high_fraction": totals["clip_high"] / mu,
-            "ratio/mean": totals["ratio"] / mu, "entropy/mean": totals["entropy"] / mu,
+            "loss/total": totals["loss"] / mu, "loss/policy": totals["policy"] / mu, **stats.means(),
             "grad/norm": totals["grad_norm"] / mu, "lr": self.scheduler.get_last_lr()[0],
             "time/frozen_logprobs": seconds["logprobs"], "time/policy": seconds["policy"],
             "time/optimizer": seconds["optimizer"],

@@ -30,7 +30,6 @@ Departures from the papers, on purpose (docs/ppo.md):
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -58,6 +57,7 @@ from reasoning_rl.algo.losses import (
     policy_ratio,
 )
 from reasoning_rl.algo.registry import register_algorithm
+from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import PackedBatch, pack
 from reasoning_rl.groups import ScoredGroups, completion_rows, rollout_metrics, sample_and_score
 from reasoning_rl.logprobs import completion_logprobs, frozen_logprobs, pad_rows
@@ -246,12 +246,15 @@ class PPO(Algorithm):
         metrics = self.update(ro)
         t2 = time.perf_counter()
         metrics.update(rollout_metrics(ro.groups, self.ctx.reward.specs[0].key))
-        valid = ro.value_mask.bool()
+        # Token means of the rollouts: over all completion tokens, or the scorable ones (value_mask).
+        stats = TokenStats(("kl/mean", "kl/k1_mean", "advantage/abs_mean", "value/mean", "value/return_mean"))
+        stats.add_mean("kl/mean", ro.kl_k3, float(ro.mask.sum()))
+        stats.add_mean("kl/k1_mean", ro.kl_k1, float(ro.mask.sum()))
+        stats.add("advantage/abs_mean", ro.advantages.abs(), ro.value_mask)
+        stats.add("value/mean", ro.old_values, ro.mask)
+        stats.add("value/return_mean", ro.returns, ro.value_mask)
+        metrics.update(stats.means())
         metrics.update({
-            "kl/mean": ro.kl_k3, "kl/k1_mean": ro.kl_k1,
-            "advantage/abs_mean": float(ro.advantages[valid].abs().mean()) if valid.any() else 0.0,
-            "value/mean": float(ro.old_values[ro.mask.bool()].mean()),
-            "value/return_mean": float(ro.returns[valid].mean()) if valid.any() else math.nan,
             "value/explained_variance": explained_variance(ro.old_values, ro.returns, ro.value_mask),
             "time/rollout": t1 - t0, "time/update": t2 - t1,
         })
@@ -309,8 +312,10 @@ class PPO(Algorithm):
         value_norm = LossNormalizer.for_batch([k for k, ok in zip(lengths, scorable) if ok] or [0],
                                               max_tokens=ctx.sampling.max_new_tokens)
         policy_params, critic_params = list(model.parameters()), critic.own_parameters()
-        sums = {k: 0.0 for k in ("loss", "policy", "value", "clip_low", "clip_high", "clip_value", "ratio",
-                                 "entropy", "grad_norm", "critic_grad_norm")}
+        sums = {k: 0.0 for k in ("loss", "policy", "value", "grad_norm", "critic_grad_norm")}
+        # Token means over the mu updates, the micro-batches and the ranks (summed, divided once).
+        stats = TokenStats(("clip/low_fraction", "clip/high_fraction", "clip/value_fraction", "ratio/mean",
+                            "entropy/mean"))
         set_training(model, True)
         set_training(critic, True)
         for _ in range(a.num_iterations):
@@ -339,13 +344,12 @@ class PPO(Algorithm):
                 value_loss = aggregate(a.loss_aggregation, value_loss_tokens, value_mask, value_norm)
                 loss = policy_loss + a.vf_coef * value_loss
                 loss.backward()  # micro-batch losses add up to the batch loss: no re-weighting
-                with torch.no_grad():
-                    clip_low, clip_high = clipped_tokens(ratio, adv, a.eps_low, a.eps_high)
-                    sums["clip_low"] += float(masked_sum(clip_low.float(), mask))
-                    sums["clip_high"] += float(masked_sum(clip_high.float(), mask))
-                    sums["clip_value"] += float(masked_sum(value_clipped.float(), value_mask))
-                    sums["ratio"] += float(masked_sum(ratio, mask))
-                    sums["entropy"] += float(masked_sum(entropy, mask))
+                clip_low, clip_high = clipped_tokens(ratio, adv, a.eps_low, a.eps_high)  # [b, L] each
+                stats.add("clip/low_fraction", clip_low, mask)
+                stats.add("clip/high_fraction", clip_high, mask)
+                stats.add("clip/value_fraction", value_clipped, value_mask)
+                stats.add("ratio/mean", ratio, mask)
+                stats.add("entropy/mean", entropy, mask)
                 sums["loss"] += float(loss.detach())
                 sums["policy"] += float(policy_loss.detach())
                 sums["value"] += float(value_loss.detach())
@@ -356,12 +360,9 @@ class PPO(Algorithm):
             self.critic_optimizer.step()
             self.critic_scheduler.step()
         mu = a.num_iterations  # every metric is the mean over the mu updates
-        tokens, value_tokens = mu * norm.num_tokens, mu * max(1.0, float(ro.value_mask.sum()))
         return {
             "loss/total": sums["loss"] / mu, "loss/policy": sums["policy"] / mu, "loss/value": sums["value"] / mu,
-            "clip/low_fraction": sums["clip_low"] / tokens, "clip/high_fraction": sums["clip_high"] / tokens,
-            "clip/value_fraction": sums["clip_value"] / value_tokens,
-            "ratio/mean": sums["ratio"] / tokens, "entropy/mean": sums["entropy"] / tokens,
+            **stats.means(),
             "grad/norm": sums["grad_norm"] / mu, "grad/critic_norm": sums["critic_grad_norm"] / mu,
             "lr": self.scheduler.get_last_lr()[0], "lr/critic": self.critic_scheduler.get_last_lr()[0],
         }

@@ -1,6 +1,11 @@
 """PPO with a critic on the shared run loop: config truth, the critic, tiny end-to-end CPU runs."""
 
 import dataclasses
+import os
+import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,7 @@ from reasoning_rl.trainer import Trainer
 from rewards.compose import RewardSpec
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
+REPO = Path(__file__).resolve().parents[3]
 
 PPO_METRICS = {
     "loss/total", "loss/policy", "loss/value", "value/mean", "value/return_mean", "value/explained_variance",
@@ -191,3 +197,34 @@ def test_the_critic_fits_a_fixed_batch(small_cfg, tmp_path):
     finally:
         trainer.close()
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_ranks_log_the_token_means_of_one_process(tmp_path):
+    """Data-parallel PPO divided each rank's token sums (ratio, clips, entropy) by the GLOBAL token
+    count, so at one update ratio/mean read 0.51 on two ranks instead of 1 and entropy/mean half
+    the one-process value. The same step (fixed completions: dist_worker.FixedEngine) on one
+    process and on two gloo ranks must log the same token means."""
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not on PATH")
+    worker = str(Path(__file__).with_name("ppo_dist_worker.py"))
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    two = [torchrun, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    procs = [subprocess.Popen([*launcher, worker, str(tmp_path / name)], cwd=REPO, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for name, launcher in (("one", [sys.executable]), ("two", two))]
+    for proc in procs:
+        output, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0, output[-4000:]
+    (one,), (two_ranks,) = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("one", "two"))
+    assert two_ranks["ratio/mean"] == pytest.approx(1.0, abs=1e-6)  # pi_theta = pi_old at the first update
+    for key in ("ratio/mean", "entropy/mean", "clip/low_fraction", "clip/high_fraction", "clip/value_fraction",
+                "kl/mean", "value/mean", "value/return_mean", "completion/tokens"):
+        assert two_ranks[key] == pytest.approx(one[key], rel=1e-5, abs=1e-7), key
