@@ -26,7 +26,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from benchmarks.io import read_jsonl, write_json, write_jsonl
-from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k
+from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k, vote_answer
 from reasoning_rl.tasks.data import Problem
 from reasoning_rl.tasks.definition import DatasetDefinition
 from reasoning_rl.tasks.scoring import extracted_answer, grade, is_correct
@@ -219,6 +219,7 @@ def evaluate(
         "benchmark": {"name": spec.name, "version": spec.version, "description": spec.description},
         "verifier": {"name": spec.verifier.name, "options": scoring.key_data.get("options", spec.verifier.options)},
         "metrics": compute_metrics(spec, problems, records, k_values, equal_pairs),
+        **({"maj_votes": vote_counts(records)} if "maj@k" in spec.metrics else {}),
         "this_run": this_run,
         "problems": [
             {"task_id": p.task_id, "reference": p.reference, **({"meta": p.meta} if p.meta else {}),
@@ -242,6 +243,20 @@ def _answer(verdict: dict[str, Any]) -> str | None:
     return extracted_answer(verdict.get("info"))
 
 
+def _votes(record: dict[str, Any]) -> list[str | None]:
+    """What each sample of a problem votes for in maj@k (:func:`benchmarks.metrics.vote_answer`)."""
+    return [vote_answer(_answer(v), text, v["status"] == "ok")
+            for v, text in zip(record["verdicts"], record["completions"])]
+
+
+def vote_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How the samples vote in maj@k: by the verifier's extracted answer, by their completion text
+    (scored, but the verifier reported no answer), or not at all (not scored)."""
+    counts = Counter("extracted" if _answer(v) is not None else "completion" if v["status"] == "ok" else "none"
+                     for r in records for v in r["verdicts"])
+    return {k: counts.get(k, 0) for k in ("extracted", "completion", "none")}
+
+
 def _distinct_answer_pairs(records: Sequence[dict[str, Any]], k: int, cap: int = 12) -> list[tuple[str, str]]:
     """Unordered pairs of distinct extracted answers within each problem's first ``k`` samples.
 
@@ -263,7 +278,9 @@ def compute_metrics(spec: DatasetDefinition, problems: Sequence[Problem], record
     * ``accuracy``: mean over problems of ``c_i / n_i`` (pass@1 estimated from all samples).
     * ``pass@k``: mean of the unbiased per-problem estimate ``1 - C(n-c, k) / C(n, k)``,
       for every ``k <= min_i n_i``.
-    * ``maj@k``: mean of the per-problem majority-vote verdict over the first ``k`` samples.
+    * ``maj@k``: mean of the per-problem majority-vote verdict over the first ``k`` samples; a sample
+      votes for its extracted answer, or its normalised completion when the verifier scored it without
+      reporting one (:func:`benchmarks.metrics.vote_answer`).
     * ``counts``: verifier statuses over all samples; non-``ok`` samples count as
       incorrect in the metrics above and are reported here, never hidden.
     * ``breakdown``: accuracy per value of each ``spec.breakdown`` field.
@@ -282,8 +299,7 @@ def compute_metrics(spec: DatasetDefinition, problems: Sequence[Problem], record
             return (a, b) in equal_pairs or (b, a) in equal_pairs
 
         for k in ks:
-            values = [maj_at_k([_answer(v) for v in r["verdicts"]], c, k, equivalent)
-                      for r, c in zip(records, correct)]
+            values = [maj_at_k(_votes(r), c, k, equivalent) for r, c in zip(records, correct)]
             metrics[f"maj@{k}"] = mean_and_stderr(values).as_dict()
     statuses = Counter(v["status"] for r in records for v in r["verdicts"])
     metrics["counts"] = {"problems": len(records), "samples": sum(len(c) for c in correct),

@@ -109,6 +109,22 @@ def majority_vote(
     return groups[best][0]
 
 
+def vote_answer(extracted: str | None, completion: str, scored: bool) -> str | None:
+    """What one sample votes for in maj@k.
+
+    The verifier's extracted answer when it reported one; else, for a sample the verifier did
+    score (status ``ok``) without reporting what it extracted (a plugin returning
+    ``VerifierResult.ok(score)`` alone), the completion itself with its whitespace collapsed, so
+    identical answers still agree; else ``None``: a sample the verifier could not score (no
+    answer found, a timeout, an error) does not vote.
+    """
+    if extracted is not None:
+        return extracted
+    if scored:
+        return " ".join(completion.split())
+    return None
+
+
 def maj_at_k(
     answers: Sequence[Hashable | None],
     correct: Sequence[float],

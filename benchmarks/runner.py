@@ -346,9 +346,12 @@ def result_line(r: dict[str, Any]) -> str:
     extra = ", ".join(f"{name} {format_metric(v)}" for name, v in m.items()
                       if name not in ("accuracy", "counts", "breakdown"))
     failures = ", ".join(f"{s}={c[s]}" for s in ("unscorable", "timeout", "error") if c[s])
+    by_text = r.get("maj_votes", {}).get("completion", 0)
+    votes = (f" | maj@k: {by_text} samples vote by their completion text (the verifier reported no extracted "
+             "answer)" if by_text else "")
     return (f"{r['benchmark']['name']} v{r['benchmark']['version']} | {model_label(r)} | "
             f"{c['correct']}/{c['samples']} correct on {c['problems']} problems | accuracy {format_metric(m['accuracy'])}%"
-            + (f" | {extra}" if extra else "") + (f" | not scored: {failures}" if failures else ""))
+            + (f" | {extra}" if extra else "") + (f" | not scored: {failures}" if failures else "") + votes)
 
 
 def breakdown_lines(r: dict[str, Any]) -> list[str]:

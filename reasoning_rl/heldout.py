@@ -7,17 +7,21 @@ uses, so held-out accuracy here and ``reasoning-rl-eval`` on the same split agre
 the unbiased estimator of :func:`benchmarks.metrics.pass_at_k`; Maj@K the majority vote of
 :func:`benchmarks.metrics.maj_at_k` over K samples, averaged over several random orders of
 the n samples (an estimate of the expected vote of K random samples, less noisy than the
-first K alone). Answers vote by their extracted text; ``reasoning-rl-eval`` additionally
-merges answers the verifier calls equal (``0.5`` and ``\\frac12``).
+first K alone). A sample votes for the answer its verifier extracted, or, when the verifier
+scored it without reporting one (a plugin returning ``VerifierResult.ok(score)`` alone), for its
+whitespace-normalised completion (:func:`benchmarks.metrics.vote_answer`); an unscorable sample
+does not vote. ``reasoning-rl-eval`` additionally merges answers the verifier calls equal
+(``0.5`` and ``\\frac12``).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from benchmarks.metrics import maj_at_k, pass_at_k
+from benchmarks.metrics import maj_at_k, pass_at_k, vote_answer
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks import Example
 from reasoning_rl.tasks.scoring import Graded, extracted_answer, grade, is_correct
@@ -25,6 +29,8 @@ from rewards.compose import CompositeReward
 from rewards.pool import WorkerPool
 
 __all__ = ["HeldOutResult", "accuracy_of", "evaluate_heldout", "is_correct", "k_values", "pass_and_maj_at_k"]
+
+log = logging.getLogger(__name__)
 
 MAJ_ORDERS = 64
 """Random orders of the n samples that Maj@K is averaged over."""
@@ -82,20 +88,21 @@ def pass_and_maj_at_k(correct: Sequence[Sequence[bool]], answers: Sequence[Seque
 
 
 def _graded(engine: RolloutEngine, examples: Sequence[Example], reward: CompositeReward, sampling: SamplingConfig,
-            n: int, seed: int, timeout: float, pool: WorkerPool | None) -> Graded:
-    """``n`` completions per example, graded by the FIRST reward component (the accuracy verifier)."""
+            n: int, seed: int, timeout: float, pool: WorkerPool | None) -> tuple[Graded, list[str]]:
+    """``n`` completions per example (flat, example-major), graded by the FIRST reward component
+    (the accuracy verifier)."""
     groups = engine.generate([e.prompt for e in examples], n, sampling, seed=seed)
     texts = [c.text for g in groups for c in g]
     refs = [e.reference for e in examples for _ in range(n)]
     fields = [e.fields for e in examples for _ in range(n)]
     verifier = reward.verifiers[reward.specs[0].key]
-    return grade(verifier, texts, refs, fields, timeout=timeout, pool=pool)
+    return grade(verifier, texts, refs, fields, timeout=timeout, pool=pool), texts
 
 
 def accuracy_of(engine: RolloutEngine, examples: Sequence[Example], reward: CompositeReward,
                 sampling: SamplingConfig, n: int, seed: int, timeout: float, pool: WorkerPool | None) -> float:
     """Mean correctness (by the FIRST reward component, the accuracy verifier) over ``n`` completions per example."""
-    graded = _graded(engine, examples, reward, sampling, n, seed, timeout, pool)
+    graded, _ = _graded(engine, examples, reward, sampling, n, seed, timeout, pool)
     return sum(graded.correct) / max(1, len(graded.correct))
 
 
@@ -107,10 +114,15 @@ def evaluate_heldout(engine: RolloutEngine, examples: Sequence[Example], reward:
     Pass@K / Maj@K from the same samples."""
     greedy = SamplingConfig(max_new_tokens=sampling.max_new_tokens, do_sample=False, stop=sampling.stop)
     n = samples_per_problem
-    graded = _graded(engine, examples, reward, sampling, n, seed, timeout, pool)
+    graded, texts = _graded(engine, examples, reward, sampling, n, seed, timeout, pool)
     correct = [graded.correct[i * n:(i + 1) * n] for i in range(len(examples))]
-    answers = [[extracted_answer(r.info) for r in graded.batch.results[i * n:(i + 1) * n]]
-               for i in range(len(examples))]
+    votes = [vote_answer(extracted_answer(r.info), text, r.status == "ok")
+             for r, text in zip(graded.batch.results, texts)]
+    answers = [votes[i * n:(i + 1) * n] for i in range(len(examples))]
+    by_text = sum(1 for r in graded.batch.results if r.status == "ok" and extracted_answer(r.info) is None)
+    if by_text:
+        log.info("held-out Maj@K: %d of %d scored samples vote by their completion text: the verifier reported "
+                 "no extracted answer for them", by_text, len(texts))
     pass_at, maj_at = pass_and_maj_at_k(correct, answers, seed=seed)
     return HeldOutResult(
         greedy_accuracy=accuracy_of(engine, examples, reward, greedy, 1, seed, timeout, pool),

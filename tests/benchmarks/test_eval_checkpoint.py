@@ -89,8 +89,10 @@ def recorded(monkeypatch) -> list[Recorder]:
 
 
 def eval_config(tmp_path: Path, **kw) -> EvalConfig:
-    return EvalConfig(benchmark="arithmetic", limit=EVAL_PROBLEMS, max_new_tokens=MAX_NEW_TOKENS,
-                      output_dir=str(tmp_path / "eval"), progress=False, score_workers=1, backend="hf",
+    kw.setdefault("benchmark", "arithmetic")
+    kw.setdefault("score_workers", 1)
+    return EvalConfig(limit=EVAL_PROBLEMS, max_new_tokens=MAX_NEW_TOKENS,
+                      output_dir=str(tmp_path / "eval"), progress=False, backend="hf",
                       device="cpu", **kw)
 
 
@@ -152,3 +154,45 @@ def test_the_eval_command_says_which_prompting_it_used(short_run, tmp_path) -> N
     assert "prompting arithmetic" in proc.stdout and "(trained with," in proc.stdout
     accuracy = 100 * short_run["summary"]["eval_after"]["greedy_accuracy"]
     assert f"accuracy {accuracy:.2f}" in proc.stdout
+
+
+def user_verifier(completion: str, reference, **fields):
+    """A plugin verifier that reports no extracted answer (``VerifierResult.ok(score)`` alone)."""
+    from rewards import VerifierResult
+
+    return VerifierResult.ok(float(completion.strip() == str(reference)))
+
+
+def test_users_own_task_by_path_with_a_plugin_verifier(tmp_path, recorded) -> None:
+    """The issue's case: a definition YAML passed by path, scored by a verifier without ``extracted``.
+    Training's held-out Maj@K and ``reasoning-rl-eval benchmark=<path>.yaml model=<checkpoint>`` both vote
+    by completion text, and the eval prompts the checkpoint as training did (no chat template)."""
+    from rewards import register_verifier, unregister_verifier
+
+    source = (Path(__file__).parents[2] / "reasoning_rl" / "tasks" / "definitions" / "arithmetic.yaml").read_text()
+    definition = tmp_path / "my_sums.yaml"
+    definition.write_text(source.replace("name: arithmetic", "name: my_sums")
+                          .replace("name: math", "name: t_user_plain")
+                          .replace('prompt_template: "{question} Answer: "', 'prompt_template: "Sum: {question} ="'))
+    register_verifier("t_user_plain")(user_verifier)
+    try:
+        cfg = short_run_config()
+        cfg.task.name = str(definition)
+        cfg.task.prompt_template = None
+        cfg.task.system_prompt = None
+        cfg.rollout.reward_workers = 0
+        cfg.evaluation.samples_per_problem = 2
+        trainer = Trainer(cfg, tmp_path / "run")
+        try:
+            summary = trainer.train()
+            prompts = [e.prompt for e in trainer.eval_examples]
+        finally:
+            trainer.close()
+        assert {"maj@2", "pass@1"} <= set(summary["eval_after"])
+        [result] = run(eval_config(tmp_path, benchmark=str(definition), score_workers=0,
+                                   model_name_or_path=str(tmp_path / "run" / "checkpoint-2")))
+    finally:
+        unregister_verifier("t_user_plain")
+    assert recorded[0].prompts == prompts and prompts[0].startswith("Sum: ")
+    assert result["metrics"]["accuracy"]["value"] == summary["eval_after"]["greedy_accuracy"]
+    assert result["maj_votes"] == {"extracted": 0, "completion": EVAL_PROBLEMS, "none": 0}

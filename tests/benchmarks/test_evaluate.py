@@ -216,3 +216,30 @@ def test_stop_strings_apply_to_raw_prompts_only(chat: bool, expected_stop: list[
     assert engine.samplings[0].stop == expected_stop
     assert all(p.startswith("<chat>") == chat for p in engine.prompts)
     assert results["model"]["generation"]["chat_template"] is chat
+
+
+def test_maj_at_k_votes_by_completion_when_the_verifier_reports_no_answer(tmp_path: Path, fake_engine,
+                                                                         inline_pool) -> None:
+    """A plugin verifier returning ``VerifierResult.ok(score)`` without ``extracted``: maj@k used to be 0
+    (every sample voted "no answer"); now the samples vote by their normalised completion text."""
+    from rewards import VerifierResult
+
+    def plain_ok(completion: str, reference, **fields) -> VerifierResult:
+        return VerifierResult.ok(float(completion.strip() == str(reference)))
+
+    problems, _ = load_problems(ARITHMETIC, limit=2)
+    first, second = problems
+    wrong = str(int(second.reference) + 1)
+    # First: right, right, wrong, right (" x " normalised) -> the right answer wins 3-1: maj@4 = 1.
+    # Second: right once, the same wrong answer 3 times -> maj@4 = 0. Mean 0.5; accuracy (3/4 + 1/4) / 2 = 0.5.
+    engine = fake_engine({first.prompt: [first.reference, first.reference, "x", f" {first.reference} "],
+                          second.prompt: [second.reference, wrong, wrong, wrong]})
+    scoring = ScoringSettings(verifier=plain_ok, key_data={"v": "plain"}, pool=inline_pool)
+    results = evaluate(ARITHMETIC, problems, engine_source(engine, n=4), scoring, tmp_path, k_values=[1, 4],
+                       answer_equivalence=None, show_progress=False)
+    assert results["metrics"]["accuracy"]["value"] == pytest.approx(0.5)
+    assert results["metrics"]["maj@4"]["value"] == pytest.approx(0.5)
+    assert results["maj_votes"] == {"extracted": 0, "completion": 8, "none": 0}
+    from benchmarks.runner import result_line
+
+    assert "maj@k: 8 samples vote by their completion text" in result_line(results)

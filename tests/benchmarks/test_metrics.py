@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks.metrics import accuracy, maj_at_k, majority_vote, mean_and_stderr, pass_at_k
+from benchmarks.metrics import accuracy, maj_at_k, majority_vote, mean_and_stderr, pass_at_k, vote_answer
 
 
 @pytest.mark.parametrize(
@@ -104,3 +104,13 @@ def test_maj_at_k_uses_the_first_k_samples() -> None:
     assert maj_at_k(answers, correct, 1) == 1.0
     # nothing extracted: 0
     assert maj_at_k([None, None], [0.0, 0.0], 2) == 0.0
+
+
+@pytest.mark.parametrize(("extracted", "completion", "scored", "vote"), [
+    ("7", "so the answer is \\boxed{7}", True, "7"),      # the verifier's extracted answer
+    (None, "  the answer\n is  7 ", True, "the answer is 7"),  # scored, no answer reported: the text
+    (None, "no answer here", False, None),                # not scored (unscorable, timeout): no vote
+    ("7", "text", False, "7"),
+])
+def test_vote_answer(extracted, completion, scored, vote) -> None:
+    assert vote_answer(extracted, completion, scored) == vote
