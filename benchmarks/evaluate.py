@@ -25,8 +25,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from benchmarks.io import read_jsonl, write_json, write_jsonl
+from benchmarks.io import JsonlError, read_jsonl, write_json, write_jsonl
 from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k, vote_answer
+from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem
 from reasoning_rl.tasks.definition import DatasetDefinition
 from reasoning_rl.tasks.scoring import extracted_answer, grade, is_correct
@@ -86,26 +87,75 @@ class SamplesSource(CompletionSource):
         return [self.by_task[p.task_id] for p in problems]
 
 
+class SamplesFileError(UserError, ValueError):
+    """A samples file that cannot be scored: the message names the file, the line and what is wrong."""
+
+
+class SamplesFileNotFound(UserError, FileNotFoundError):
+    """``samples=`` names no file."""
+
+
+def _sample_texts(path: str | Path, lineno: int, rec: Any) -> tuple[str, list[str]]:
+    """``(task_id, completions)`` of one line of a samples file, or :class:`SamplesFileError` naming the
+    line, what is missing and the fields the line does have."""
+    where = f"{path}:{lineno}"
+    if not isinstance(rec, dict):
+        raise SamplesFileError(f"{where}: a sample is a JSON object with 'task_id' and 'completion', "
+                               f"this line holds a JSON {type(rec).__name__}")
+    missing = [f for f in ("task_id", "completion") if f not in rec and not (f == "completion" and "completions" in rec)]
+    if missing:
+        row = f"sample {rec['task_id']!r}" if "task_id" in rec else "the sample"
+        raise SamplesFileError(f"{where}: {row} has no {' and no '.join(repr(f) for f in missing)}"
+                               f"{' (or a completions list)' if 'completion' in missing else ''}; "
+                               f"its fields are {sorted(rec) or 'none'}")
+    if "completions" in rec:
+        texts = rec["completions"]
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise SamplesFileError(f"{where}: 'completions' of sample {rec['task_id']!r} must be a non-empty "
+                                   f"list of strings, got {json.dumps(texts)[:80]}")
+    else:
+        texts = [rec["completion"]]
+        if not isinstance(texts[0], str):
+            raise SamplesFileError(f"{where}: 'completion' of sample {rec['task_id']!r} must be a string, got a "
+                                   f"{type(texts[0]).__name__} ({json.dumps(texts[0])[:80]})")
+    return str(rec["task_id"]), texts
+
+
 def read_samples(path: str | Path, problems: Sequence[Problem]) -> SamplesSource:
     """Group a samples JSONL (``task_id`` + ``completion``, or ``completions`` as a list) by problem.
 
-    Every problem needs at least one sample, and every sample must belong to a
-    problem of the benchmark: a mismatch usually means the wrong benchmark or file.
+    Every line must be a JSON object with those fields, every problem needs at least one
+    sample, and the samples must belong to the benchmark's problems: a mismatch usually
+    means the wrong benchmark or file. Each violation is a :class:`SamplesFileError` naming
+    the file, the line where there is one, and what is wrong.
     """
+    if not Path(path).is_file():
+        raise SamplesFileNotFound(f"samples file {str(path)!r} does not exist")
     by_task: dict[str, list[str]] = {}
-    for i, rec in enumerate(read_jsonl(path)):
-        if "task_id" not in rec or ("completion" not in rec and "completions" not in rec):
-            raise ValueError(f"{path}: line {i + 1} needs 'task_id' and 'completion' (got keys {sorted(rec)})")
-        texts = rec["completions"] if "completions" in rec else [rec["completion"]]
-        by_task.setdefault(str(rec["task_id"]), []).extend(str(t) for t in texts)
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SamplesFileError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}): "
+                                       f"{line.strip()[:80]!r}") from None
+            task_id, texts = _sample_texts(path, lineno, rec)
+            by_task.setdefault(task_id, []).extend(texts)
+    if not by_task:
+        raise SamplesFileError(f"{path}: holds no samples (write one JSON line per problem: "
+                               '{"task_id": ..., "completion": ...})')
     wanted = {p.task_id for p in problems}
+    extra = [t for t in by_task if t not in wanted]
+    if len(extra) == len(by_task):
+        raise SamplesFileError(f"{path}: none of its {len(by_task)} task_ids (e.g. {extra[:3]}) is a problem of "
+                               f"this benchmark (e.g. {[p.task_id for p in problems[:3]]}); wrong benchmark= or file?")
     missing = [p.task_id for p in problems if p.task_id not in by_task]
     if missing:
-        raise ValueError(f"{path}: no sample for {len(missing)} of {len(problems)} problems "
-                         f"(e.g. {missing[:3]}); write one line per problem or pass limit=")
-    extra = [t for t in by_task if t not in wanted]
-    if extra and len(extra) == len(by_task):
-        raise ValueError(f"{path}: none of its task_ids (e.g. {extra[:3]}) belongs to this benchmark")
+        raise SamplesFileError(f"{path}: covers only {len(problems) - len(missing)} of the {len(problems)} problems: "
+                               f"no sample for {len(missing)} (e.g. {missing[:3]}); write at least one line per "
+                               "problem, or pass limit=N to score the first N problems only")
     return SamplesSource({t: texts for t, texts in by_task.items() if t in wanted})
 
 
@@ -150,7 +200,11 @@ def evaluate(
     cache_path = out_dir / CACHE_FILE
     cache: dict[str, dict[str, Any]] = {}
     if cache_path.exists() and not overwrite:
-        cache = {r["task_id"]: r for r in read_jsonl(cache_path)}
+        try:
+            cache = {r["task_id"]: r for r in read_jsonl(cache_path)}
+        except (JsonlError, KeyError, TypeError) as exc:
+            raise UserError(f"the results cache {cache_path} is damaged ({exc}); delete it or pass "
+                            "overwrite=true to redo this evaluation") from exc
     score_base = settings_key(scoring.key_data)
     # Per-problem keys: a changed prompt or reference redoes that problem only.
     gen_keys = {p.task_id: settings_key([source.key, p.prompt]) for p in problems}

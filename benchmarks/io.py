@@ -8,6 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from reasoning_rl.atomic import atomic_write_text
+from reasoning_rl.errors import UserError
+
+
+class JsonlError(UserError, ValueError):
+    """A JSONL file with a line that is not JSON; the message names the file and the line."""
 
 
 def write_json(path: str | Path, obj: Any) -> None:
@@ -28,5 +33,6 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON: {exc}") from None
+                raise JsonlError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}): "
+                                 f"{line.strip()[:80]!r}") from None
     return records
