@@ -30,9 +30,11 @@ Two users:
   ``[B, H_kv, T, d]``, preallocated and written in place; a step attends to the shared prompt
   with one matmul per group (:func:`shared_prefix_attention`) and stacks the query heads that
   share a key/value head as rows of one matmul (grouped-query attention without repeating keys).
-- :func:`completion_logits` (the trainer's log-probs, ``reasoning_rl.logprobs``): each group's
-  prompt once, then the completions against its keys and values, differentiable; when enough
-  of the completions is right padding, the needed positions run as one packed sequence.
+- :func:`completion_hidden` (the trainer's log-probs, ``reasoning_rl.logprobs``, which apply the
+  LM head in chunks, ``reasoning_rl.lm_head``): each group's prompt once, then the completions
+  against its keys and values, differentiable; when enough of the completions is right padding,
+  the needed positions run as one packed sequence; with gradient checkpointing each layer is
+  recomputed in the backward. :func:`completion_logits` applies the LM head to all of it.
 
 Both equal the module forward up to float rounding: ``tests/reasoning_rl/test_decode.py``
 checks every decode step and the training logits and gradients against it, for Llama and
@@ -51,6 +53,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 FUSE_MAX_PARAMETERS = 50_000_000
 """Fuse projections up to this size: below it a decode step is bound by kernel launches and
@@ -101,8 +104,11 @@ def lean_decoder_support(model: Any) -> str | None:
         return "the embedding or the LM head is not a plain nn.Embedding / nn.Linear"
     if model.training and getattr(cfg, "attention_dropout", 0.0):
         return f"attention_dropout={cfg.attention_dropout} in training mode (the lean forward has no dropout)"
+    # Gradient checkpointing's hook that makes the input embeddings require grad (for frozen
+    # embeddings under reentrant checkpointing) changes no value; the lean forward may skip it.
+    harmless = {h.id for h in getattr(model, "_require_grads_hooks", None) or []}
     for name, module in model.named_modules(remove_duplicate=False):  # one walk: hooks and parameters
-        if module._forward_hooks or module._forward_pre_hooks:
+        if set(module._forward_hooks) - harmless or module._forward_pre_hooks:
             return f"forward hooks on {name or 'the model'} (they would be skipped)"
         if any(p is not None and type(p) is not torch.nn.Parameter for p in module._parameters.values()):
             return "parameters that are not plain tensors (sharded or wrapped)"
@@ -234,10 +240,15 @@ def decoder_layer(w: LayerWeights, h: torch.Tensor, cos: torch.Tensor, sin: torc
     return h + F.linear(F.silu(gate) * up, *w.down)
 
 
+def final_norm(model: Any, h: torch.Tensor) -> torch.Tensor:
+    """``RMSNorm(h)`` with the model's final norm: what the LM head reads.  # [..., D]"""
+    norm = model.model.norm
+    return rms_norm(h, norm.weight, norm.variance_epsilon)
+
+
 def next_token_logits(model: Any, h: torch.Tensor) -> torch.Tensor:
     """``RMSNorm(h) W_lm^T``: logits ``[..., V]`` of hidden states ``[..., D]``."""
-    norm = model.model.norm
-    return F.linear(rms_norm(h, norm.weight, norm.variance_epsilon), model.lm_head.weight, model.lm_head.bias)
+    return F.linear(final_norm(model, h), model.lm_head.weight, model.lm_head.bias)
 
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -406,10 +417,23 @@ class LeanDecoder:
 
 
 def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      position_ids: torch.Tensor, completion_start: int, group_size: int) -> torch.Tensor:
-    """Completion logits ``[B, L, V]`` (differentiable), the contract of
-    ``reasoning_rl.logprobs._shared_prompt_logits``: rows ``i*G .. i*G+G-1`` share one left-padded
-    prompt ``input_ids[:, :P]``, completions ``[:, P:]`` are right-padded; the prompt's last logit
+                      position_ids: torch.Tensor, completion_start: int, group_size: int,
+                      checkpoint: bool = False) -> torch.Tensor:
+    """Completion logits ``[B, L, V]`` (differentiable): ``W_lm`` applied to
+    :func:`completion_hidden` (same arguments), the contract of
+    ``reasoning_rl.logprobs._shared_prompt_logits``. The training log-probs apply the LM head
+    themselves, a chunk of positions at a time (``reasoning_rl.lm_head``)."""
+    hidden = completion_hidden(model, input_ids, attention_mask, position_ids, completion_start, group_size,
+                               checkpoint)
+    return F.linear(hidden, model.lm_head.weight, model.lm_head.bias)
+
+
+def completion_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      position_ids: torch.Tensor, completion_start: int, group_size: int,
+                      checkpoint: bool = False) -> torch.Tensor:
+    """Last hidden states after the final norm ``[B, L, D]`` whose LM-head logits predict the
+    completion tokens (differentiable): rows ``i*G .. i*G+G-1`` share one left-padded prompt
+    ``input_ids[:, :P]``, completions ``[:, P:]`` are right-padded; the prompt's last position
     predicts completion token 0, completion token t predicts token t + 1.
 
     Each distinct prompt runs once; its keys and values are repeated G times
@@ -419,30 +443,41 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
     ``PACK_MIN_PADDING`` of the completion positions are padding, the needed ones (those whose
     target is a real token) go through the projections and the MLP as one ``[1, N, D]``
     sequence, and only attention sees the rows' layout (:class:`_Packing`); the padded
-    positions' logits are then 0 (the caller masks them). The projections are not fused here:
-    with autograd on, concatenating the weights and splitting their gradient cost more than the
-    matmuls it saves (3-5% slower on the 1M benchmark model, 8% on the 34M one)."""
+    positions' hidden states are then 0 (the caller masks them). The projections are not fused
+    here: with autograd on, concatenating the weights and splitting their gradient cost more than
+    the matmuls it saves (3-5% slower on the 1M benchmark model, 8% on the 34M one).
+
+    ``checkpoint``: each decoder layer runs under ``torch.utils.checkpoint`` (non-reentrant), so
+    the backward keeps only each layer's input and recomputes the rest (gradient checkpointing,
+    Chen et al. 2016): the same values and gradients, one more forward of compute."""
     n, width = input_ids.shape
     p, g = completion_start, group_size
     valid = attention_mask[::g, :p].bool()  # [U, P]
     cos, sin = rope_tables(model, position_ids)  # [B, 1, W, d]
     h = F.embedding(input_ids[::g, :p], model.model.embed_tokens.weight)  # [U, P, D]
-    mask = additive_mask(prompt_mask(valid), h.dtype)
+    # Names the checkpointed layers read are bound once: a recompute in the backward sees the same tensors.
+    prompt_bias = additive_mask(prompt_mask(valid), h.dtype)  # [U, 1, P, P]
     weights = layer_weights(model)
     prompt_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
     last = len(weights) - 1
+    prompt_cos, prompt_sin = cos[::g, :, :p], sin[::g, :, :p]  # [U, 1, P, d]
     for i, w in enumerate(weights):
-        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            prompt_kv.append((k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)))
-            return attention(q, k, v, mask[:, :, -q.shape[2]:])
-        # The prompt's last layer: keys and values of every position, output of the last only.
-        h = decoder_layer(w, h, cos[::g, :, :p], sin[::g, :, :p], attend, last_only=i == last)
-    first = next_token_logits(model, h[:, -1:]).repeat_interleave(g, dim=0)  # [B, 1, V]
+        def prompt_layer(h: torch.Tensor, w: LayerWeights = w, last_only: bool = i == last) -> tuple[torch.Tensor, ...]:
+            kv: list[torch.Tensor] = []
+
+            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                kv.extend((k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)))  # [B, H_kv, P, d]
+                return attention(q, k, v, prompt_bias[:, :, -q.shape[2]:])
+            # The prompt's last layer: keys and values of every position, output of the last only.
+            return decoder_layer(w, h, prompt_cos, prompt_sin, attend, last_only=last_only), *kv
+        h, prompt_k, prompt_v = _run_layer(prompt_layer, checkpoint, h)
+        prompt_kv.append((prompt_k, prompt_v))
+    first = final_norm(model, h[:, -1:]).repeat_interleave(g, dim=0)  # [B, 1, D]: predicts completion token 0
     if width - p == 1:
         return first
     length = width - p - 1
     causal = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()
-    mask = additive_mask(torch.cat([valid.repeat_interleave(g, dim=0)[:, None, None, :].expand(n, 1, length, p),
+    bias = additive_mask(torch.cat([valid.repeat_interleave(g, dim=0)[:, None, None, :].expand(n, 1, length, p),
                                     causal.expand(n, 1, length, length)], dim=-1), h.dtype)  # [B, 1, L-1, P+L-1]
     cos, sin = cos[:, :, p:-1], sin[:, :, p:-1]  # [B, 1, L-1, d]
     # Input t of a completion is needed only when its target t + 1 is a real token; the others
@@ -459,15 +494,24 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
         h = F.embedding(rows.pack(inputs), model.model.embed_tokens.weight)[None]  # [1, N, D]
         cos, sin = (rows.pack(t.squeeze(1))[None, None] for t in (cos, sin))  # [1, 1, N, d]
     for w, (prompt_k, prompt_v) in zip(weights, prompt_kv):
-        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   prompt_k: torch.Tensor = prompt_k, prompt_v: torch.Tensor = prompt_v) -> torch.Tensor:
-            if rows is not None:  # [1, heads, N, d] -> [B, heads, L-1, d]
-                q, k, v = (rows.unpack(x[0].transpose(0, 1)).transpose(1, 2) for x in (q, k, v))
-            out = attention(q, torch.cat([prompt_k, k], dim=2), torch.cat([prompt_v, v], dim=2), mask)
-            return out if rows is None else rows.pack(out.transpose(1, 2)).transpose(0, 1)[None]  # [1, H, N, d]
-        h = decoder_layer(w, h, cos, sin, attend)
-    logits = next_token_logits(model, h) if rows is None else rows.unpack(next_token_logits(model, h[0]))
-    return torch.cat([first, logits], dim=1)  # [B, L, V]
+        def completion_layer(h: torch.Tensor, prompt_k: torch.Tensor, prompt_v: torch.Tensor,
+                             w: LayerWeights = w) -> torch.Tensor:
+            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                if rows is not None:  # [1, heads, N, d] -> [B, heads, L-1, d]
+                    q, k, v = (rows.unpack(x[0].transpose(0, 1)).transpose(1, 2) for x in (q, k, v))
+                out = attention(q, torch.cat([prompt_k, k], dim=2), torch.cat([prompt_v, v], dim=2), bias)
+                return out if rows is None else rows.pack(out.transpose(1, 2)).transpose(0, 1)[None]  # [1, H, N, d]
+            return decoder_layer(w, h, cos, sin, attend)
+        h = _run_layer(completion_layer, checkpoint, h, prompt_k, prompt_v)
+    hidden = final_norm(model, h) if rows is None else rows.unpack(final_norm(model, h[0]))  # [B, L-1, D]
+    return torch.cat([first, hidden], dim=1)  # [B, L, D]
+
+
+def _run_layer(layer: Callable[..., Any], checkpoint: bool, *inputs: torch.Tensor) -> Any:
+    """``layer(*inputs)``, under non-reentrant ``torch.utils.checkpoint`` when ``checkpoint``."""
+    if not checkpoint:
+        return layer(*inputs)
+    return torch.utils.checkpoint.checkpoint(layer, *inputs, use_reentrant=False)
 
 
 class _Packing:

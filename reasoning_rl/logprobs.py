@@ -2,10 +2,13 @@
 
     log pi(y_t | x, y_<t) = z_{t, y_t} / T - logsumexp_v(z_{t, v} / T)
 
-gathering the chosen logit and subtracting the row's logsumexp needs one
-``[B, L]`` result instead of a second ``[B, L, V]`` tensor (what
-``log_softmax(...).gather(...)`` would allocate). For large vocabularies the
-rows are processed in chunks to bound the peak further.
+Llama and Qwen2 models (the lean forward, ``reasoning_rl.decode``) compute it from the last
+hidden states of the real completion positions with the LM head applied a chunk of positions
+at a time and recomputed in the backward (``reasoning_rl.lm_head``): no ``[B, L, V]`` tensor.
+With chunking off (``model.lm_head_chunk: 0``, or ``auto`` for a small vocabulary), and for
+other models, the full logits are computed and gathering the chosen logit and subtracting the
+row's logsumexp needs one ``[B, L]`` result instead of a second ``[B, L, V]`` tensor (what
+``log_softmax(...).gather(...)`` would allocate).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 import torch
 
 from reasoning_rl.batching import pack
-from reasoning_rl.decode import completion_logits, lean_decoder_support
+from reasoning_rl.decode import completion_hidden, lean_decoder_support
+from reasoning_rl.lm_head import chunk_of, sampling_support, token_logprobs
 
 
 def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor, chunk_rows: int | None = None,
@@ -41,26 +45,6 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - torch.where(probs > 0, probs * logits, 0.0).sum(-1)
 
 
-def sampling_support(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """Which tokens the sampler could draw: top-k, then top-p (nucleus) over what is left, the
-    order and ties of transformers' TopKLogitsWarper / TopPLogitsWarper; at least one kept.  # [..., V] bool
-
-    top-p keeps the smallest set of most likely tokens whose probability reaches ``top_p``:
-    sorted ascending, a token is dropped when the cumulative probability up to it is <= 1 - top_p.
-    """
-    keep = torch.ones_like(logits, dtype=torch.bool)
-    if top_k and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # [..., 1]
-        keep = logits >= kth
-    if top_p < 1.0:
-        masked = logits.masked_fill(~keep, float("-inf"))
-        sorted_logits, order = torch.sort(masked, dim=-1, descending=False)
-        drop_sorted = sorted_logits.softmax(dim=-1).cumsum(dim=-1) <= (1.0 - top_p)
-        drop_sorted[..., -1:] = False
-        keep = keep & ~drop_sorted.scatter(-1, order, drop_sorted)
-    return keep
-
-
 def completion_logprobs(
     model: Any,
     input_ids: torch.Tensor,
@@ -71,6 +55,7 @@ def completion_logprobs(
     group_size: int = 1,
     top_k: int = 0,
     top_p: float = 1.0,
+    lm_head_chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the completion tokens ``input_ids[:, completion_start:]``.
 
@@ -85,16 +70,41 @@ def completion_logprobs(
     ``group_size=G > 1`` says rows ``i*G .. i*G+G-1`` share one prompt (a GRPO group):
     each prompt then goes through the model once instead of G times (same numbers,
     gradients included; see ``_shared_prompt_logits``). Llama and Qwen2 models run
-    :func:`reasoning_rl.decode.completion_logits`, the same computation with the prompt shared
-    the same way, read from the model's parameters in fewer ops.
+    :func:`reasoning_rl.decode.completion_hidden`, the same computation with the prompt shared
+    the same way, read from the model's parameters in fewer ops, and then the LM head
+    ``lm_head_chunk`` positions at a time (``reasoning_rl.lm_head``; None: the model's
+    ``model.lm_head_chunk`` setting, 0: full logits); the log-probs are then float32 whatever the
+    model's dtype.
+
+    With gradient checkpointing on (``model.gradient_checkpointing``, in training mode, with
+    autograd on), the lean forward checkpoints every decoder layer; other models run full rows
+    through their own (checkpointed) modules, as transformers keeps no cache to share then.
     """
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    tokens = input_ids[:, completion_start:]  # [B, L]
+    # Padded completion positions get exactly 0, not log pi(<pad>): a raw pad log-prob can be
+    # very negative, and a KL term exp(ref - logp) of it overflows to inf (inf * 0 = NaN).
+    real = attention_mask[:, completion_start:].bool()  # [B, L]
+    checkpoint = model.training and torch.is_grad_enabled() and checkpointing_enabled(model)  # a backward follows
     if lean_decoder_support(model) is None:  # Llama / Qwen2: the same forward in fewer ops
         _check_groups(input_ids, completion_start, group_size)
-        logits = completion_logits(model, input_ids, attention_mask, position_ids, completion_start, group_size)
-    elif group_size > 1:
+        hidden = completion_hidden(model, input_ids, attention_mask, position_ids, completion_start, group_size,
+                                   checkpoint)  # [B, L, D]
+        chunk = chunk_of(model) if lm_head_chunk is None else lm_head_chunk
+        if chunk:  # the LM head on the real positions only, a chunk at a time (reasoning_rl.lm_head)
+            head = model.lm_head
+            logp_real, entropy_real = token_logprobs(hidden[real], head.weight, head.bias, tokens[real], temperature,
+                                                     chunk=chunk, with_entropy=with_entropy, top_k=top_k,
+                                                     top_p=top_p)  # [N] each
+            logp = torch.zeros(real.shape, dtype=logp_real.dtype, device=real.device).masked_scatter(real, logp_real)
+            entropy = None if entropy_real is None else torch.zeros_like(logp).masked_scatter(real, entropy_real)
+            return logp, entropy
+        logits = torch.nn.functional.linear(hidden, model.lm_head.weight, model.lm_head.bias)  # [B, L, V]
+    elif group_size > 1 and not checkpoint:
         logits = _shared_prompt_logits(model, input_ids, attention_mask, position_ids, completion_start, group_size)
     else:
+        # The module forward of full rows; also with group_size > 1 under gradient checkpointing,
+        # where transformers turns the key/value cache off, so the prompt cannot be shared.
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                        use_cache=False).logits  # [B, P+L, V]
         logits = logits[:, completion_start - 1:-1, :]  # [B, L, V]
@@ -102,16 +112,21 @@ def completion_logprobs(
         logits = logits / temperature
     if top_k or top_p < 1.0:
         logits = logits.masked_fill(~sampling_support(logits.detach(), top_k, top_p), float("-inf"))
-    tokens = input_ids[:, completion_start:]  # [B, L]
-    # Padded completion positions get exactly 0, not log pi(<pad>): a raw pad log-prob can be
-    # very negative, and a KL term exp(ref - logp) of it overflows to inf (inf * 0 = NaN).
-    real = attention_mask[:, completion_start:].bool()  # [B, L]
     logp = torch.where(real, selective_log_softmax(logits, tokens), 0.0)
     entropy = None
     if with_entropy:
         with torch.no_grad():
             entropy = torch.where(real, entropy_from_logits(logits.detach()), 0.0)
     return logp, entropy
+
+
+def checkpointing_enabled(model: Any) -> bool:
+    """Whether gradient checkpointing is on for ``model`` (transformers' ``is_activation_checkpointing``,
+    ``is_gradient_checkpointing`` before 5.x; False for other modules)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if isinstance(getattr(type(model), name, None), property):
+            return bool(getattr(model, name))
+    return False
 
 
 def cache_argument(model: Any) -> str:

@@ -10,6 +10,7 @@ model such as Qwen2.5-0.5B-Instruct, so a test on it exercises the real code.
 
 from __future__ import annotations
 
+import logging
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,9 @@ import torch
 
 from reasoning_rl.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
 from reasoning_rl.hub import first_line, hub_unreachable
+from reasoning_rl.lm_head import describe_chunk, resolve_chunk, set_chunk
+
+log = logging.getLogger(__name__)
 
 TINY = "tiny"
 """``ModelConfig.name_or_path`` value that selects the built-in tiny model."""
@@ -71,7 +75,13 @@ class ModelConfig:
     attn_implementation: str | None = "sdpa"
     """Attention kernel for ``from_pretrained`` (``sdpa``, ``eager``, ``flash_attention_2``) or null for the default."""
     gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (saves memory, costs ~30% time)."""
+    """Recompute each decoder layer's activations in the backward pass: the training forward keeps
+    only every layer's input (saves most activation memory, costs one more forward; docs/models.md)."""
+    lm_head_chunk: str = "auto"
+    """Training log-probs apply the LM head this many completion positions at a time and recompute
+    it in the backward, so no full-vocabulary tensor is held beyond one chunk (reasoning_rl.lm_head):
+    ``auto`` (off below a 4,096-token vocabulary, else 2^25 / vocabulary positions), ``0`` (off:
+    full logits) or a number of positions. Llama and Qwen2 models; others compute full logits."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Shape of the tiny model; ignored for other models."""
     gguf: GGUFSourceConfig = field(default_factory=GGUFSourceConfig)
@@ -150,10 +160,20 @@ def load_model(cfg: ModelConfig) -> tuple[Any, Any]:
             name, device=cfg.device, dtype=cfg.dtype,
             trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation,
         )
-    if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.config.use_cache = False
+    apply_memory_settings(model, cfg)
     return model, tokenizer
+
+
+def apply_memory_settings(model: Any, cfg: ModelConfig) -> None:
+    """Gradient checkpointing and the LM-head chunk of ``cfg`` on a loaded policy, said in the log."""
+    if cfg.gradient_checkpointing:
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()  # transformers' own modules; the lean training forward checkpoints its layers itself
+        model.config.use_cache = False
+    vocab_size = model.config.get_text_config().vocab_size
+    set_chunk(model, resolve_chunk(cfg.lm_head_chunk, vocab_size))
+    log.info("model: %s; gradient checkpointing %s", describe_chunk(cfg.lm_head_chunk, vocab_size),
+             "on" if cfg.gradient_checkpointing else "off")
 
 
 def local_model_path(name_or_path: str) -> Path | None:

@@ -1,5 +1,6 @@
-"""Per-token log-probs of completions: the shared-prompt forward (each GRPO group's prompt
-encoded once) gives the same log-probs and gradients as running every row in full."""
+"""Per-token log-probs of completions: the training path (each GRPO group's prompt encoded once,
+the LM head chunked or not, gradient checkpointing on or off) gives the log-probs, entropies and
+gradients of transformers' module forward over full rows."""
 
 import random
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from reasoning_rl.batching import pack
+from reasoning_rl.decode import lean_decoder_support
 from reasoning_rl.logprobs import completion_logprobs, selective_log_softmax
 from reasoning_rl.models import TinyModelConfig, build_tiny_model
 
@@ -36,29 +38,134 @@ def test_selective_log_softmax_matches_log_softmax_gather():
     torch.testing.assert_close(selective_log_softmax(logits, tokens, chunk_elements=7 * 11 * 3), expected)  # 3 rows each
 
 
+def _module_logprobs(model, batch, temperature):
+    """The reference: transformers' own module forward over full rows, ``model(input_ids).logits``,
+    then ``log_softmax`` at the temperature; log-probs and entropies ``[B, L]`` of the completions."""
+    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
+                   use_cache=False).logits  # [B, P+L, V]
+    logits = logits[:, batch.completion_start - 1:-1] / temperature  # [B, L, V]: position t predicts t + 1
+    logp = logits.log_softmax(-1).gather(-1, batch.input_ids[:, batch.completion_start:, None]).squeeze(-1)
+    probs = logits.detach().softmax(-1)
+    return logp, -(probs * probs.log()).sum(-1)
+
+
+def _loss_and_grads(model, fn, mask):
+    """Log-probs, entropies and parameter gradients of the masked mean log-prob."""
+    logp, entropy = fn()
+    model.zero_grad(set_to_none=True)
+    ((logp * mask).sum() / mask.sum()).backward()
+    return logp.detach(), entropy, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_shared_prompt_forward_equals_full_forward(arch, temperature):
+@pytest.mark.parametrize("group_size", [1, 4])
+@pytest.mark.parametrize("chunk", [0, 5])  # full logits; the LM head 5 positions at a time
+def test_training_log_probs_are_the_module_forward(arch, temperature, group_size, chunk):
+    """The lean path (each group's prompt once, LM head chunked or not) against transformers' module
+    forward: log-probs, entropies and every parameter's gradient."""
+    torch.manual_seed(0)
+    model, tok = _model(arch)
+    model.train()
+    batch = _groups(tok, group_size=4)
+    mask = batch.completion_mask
+    on = mask.bool()
+    lean_logp, lean_entropy, lean_grads = _loss_and_grads(model, lambda: completion_logprobs(
+        model, batch.input_ids, batch.attention_mask, batch.completion_start, temperature, with_entropy=True,
+        group_size=group_size, lm_head_chunk=chunk), mask)
+    module_logp, module_entropy, module_grads = _loss_and_grads(
+        model, lambda: _module_logprobs(model, batch, temperature), mask)
+    assert (lean_logp[~on] == 0).all() and (lean_entropy[~on] == 0).all()
+    torch.testing.assert_close(lean_logp[on], module_logp[on], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lean_entropy[on], module_entropy[on], atol=1e-5, rtol=1e-5)
+    for name, grad in module_grads.items():
+        torch.testing.assert_close(lean_grads[name], grad, atol=1e-5, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def _saved_bytes(fn):
+    """Bytes of the tensors autograd keeps for the backward while ``fn()`` runs, and its result."""
+    total = [0]
+
+    def pack(t):
+        total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return total[0], out
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("chunk", [0, 5])
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients_and_keeps_less(arch, chunk):
     torch.manual_seed(0)
     model, tok = _model(arch)
     model.train()
     batch = _groups(tok, group_size=4)
     mask = batch.completion_mask
 
-    def run(group_size):
-        logp, entropy = completion_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_start,
-                                            temperature, with_entropy=True, group_size=group_size)
-        model.zero_grad(set_to_none=True)
-        ((logp * mask).sum() / mask.sum()).backward()
-        return logp.detach(), entropy, [p.grad.clone() for p in model.parameters()]
+    def run():
+        def forward():
+            return completion_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_start, 0.7,
+                                       with_entropy=True, group_size=4, lm_head_chunk=chunk)
+        saved, out = _saved_bytes(forward)
+        return saved, _loss_and_grads(model, lambda: out, mask)
 
-    full_logp, full_entropy, full_grads = run(1)
-    shared_logp, shared_entropy, shared_grads = run(4)
+    plain_saved, (plain_logp, plain_entropy, plain_grads) = run()
+    model.activation_checkpointing_enable()
+    assert lean_decoder_support(model) is None  # its input-grad hook does not send the model to the module path
+    kept_saved, (kept_logp, kept_entropy, kept_grads) = run()
+    torch.testing.assert_close(kept_logp, plain_logp, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(kept_entropy, plain_entropy, atol=1e-6, rtol=1e-6)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(kept_grads[name], grad, atol=1e-6, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    assert kept_saved < plain_saved / 2, (kept_saved, plain_saved)  # each layer keeps its input, not its insides
+
+
+def test_gradient_checkpointing_on_the_module_path_with_groups():
+    """A model the lean forward refuses (here: a forward hook) runs transformers' modules; under
+    gradient checkpointing they keep no key/value cache, so a shared prompt cannot be reused:
+    full rows instead, the same numbers (this crashed with 'NoneType' ... 'batch_repeat_interleave')."""
+    torch.manual_seed(0)
+    model, tok = _model("llama")
+    model.train()
+    model.model.norm.register_forward_hook(lambda module, args, out: None)
+    model.activation_checkpointing_enable()
+    assert lean_decoder_support(model) is not None
+    batch = _groups(tok, group_size=4)
+    mask = batch.completion_mask
+    logp, _, grads = _loss_and_grads(model, lambda: completion_logprobs(
+        model, batch.input_ids, batch.attention_mask, batch.completion_start, group_size=4), mask)
+    want, _, want_grads = _loss_and_grads(model, lambda: _module_logprobs(model, batch, 1.0), mask)
     on = mask.bool()
-    torch.testing.assert_close(shared_logp[on], full_logp[on], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(shared_entropy[on], full_entropy[on], atol=1e-5, rtol=1e-5)
-    for shared, full in zip(shared_grads, full_grads):
-        torch.testing.assert_close(shared, full, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(logp[on], want[on], atol=1e-5, rtol=1e-5)
+    for name, grad in want_grads.items():
+        torch.testing.assert_close(grads[name], grad, atol=1e-6, rtol=1e-5)
+
+
+def test_a_training_step_with_gradient_checkpointing_and_the_shared_prompt_forward(small_cfg, tmp_path):
+    """Regression: model.gradient_checkpointing=true with trainer.shared_prompt_forward=true (the
+    default) crashed the update; now it trains exactly like the run without checkpointing."""
+    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.trainer import Trainer
+
+    small_cfg.trainer.steps = 2
+    small_cfg.evaluation.enabled = False
+    small_cfg.algo.micro_batch_size = 8
+    assert small_cfg.trainer.shared_prompt_forward
+    for checkpointing in (True, False):
+        small_cfg.model.gradient_checkpointing = checkpointing
+        trainer = Trainer(small_cfg, tmp_path / str(checkpointing))
+        try:
+            trainer.train()
+        finally:
+            trainer.close()
+    on, off = (read_metrics(tmp_path / str(c) / "metrics.jsonl") for c in (True, False))
+    assert len(on) == len(off) == 2
+    for x, y in zip(on, off):
+        for key in ("reward/mean", "loss/total", "kl/mean", "entropy/mean", "grad/norm"):
+            assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-6), (x["step"], key)
 
 
 def test_shared_prompt_forward_refuses_rows_that_are_not_groups():

@@ -1,0 +1,141 @@
+"""The chunked LM head: log-probs, entropy and gradients equal to ``log_softmax(h W^T + b)`` computed
+whole, for any chunk size, temperature and sampling support; float32 logsumexp for bfloat16 inputs."""
+
+import math
+
+import pytest
+import torch
+
+from reasoning_rl.lm_head import (
+    AUTO_CHUNK_LOGITS,
+    AUTO_MIN_VOCAB,
+    LMHeadChunkError,
+    resolve_chunk,
+    sampling_support,
+    token_logprobs,
+)
+
+
+def _reference(hidden, weight, bias, targets, temperature, top_k=0, top_p=1.0):
+    """Autograd's graph over the full [N, V] logits: what the chunked function must equal."""
+    logits = torch.nn.functional.linear(hidden, weight, bias).float() / temperature  # [N, V]
+    if top_k or top_p < 1.0:
+        logits = logits.masked_fill(~sampling_support(logits.detach(), top_k, top_p), float("-inf"))
+    logp = logits.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)  # [N]
+    probs = logits.detach().softmax(-1)
+    entropy = -torch.where(probs > 0, probs * probs.log(), 0.0).sum(-1)  # -sum p log p
+    return logp, entropy
+
+
+def _inputs(n=7, d=5, v=11, bias=True, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, d, generator=gen, requires_grad=True)
+    weight = torch.randn(v, d, generator=gen, requires_grad=True)
+    b = torch.randn(v, generator=gen, requires_grad=True) if bias else None
+    targets = torch.randint(0, v, (n,), generator=gen)
+    upstream = torch.randn(n, generator=gen)  # dLoss/dlogp: a loss that weighs positions differently
+    return hidden, weight, b, targets, upstream
+
+
+def _grads(fn, hidden, weight, bias, upstream):
+    params = [t for t in (hidden, weight, bias) if t is not None]
+    for t in params:
+        t.grad = None
+    logp, entropy = fn()
+    (logp * upstream).sum().backward()
+    return logp.detach(), entropy, [t.grad.clone() for t in params]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 100])  # one position, uneven chunks, exactly N, more than N
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+@pytest.mark.parametrize("bias", [True, False])
+def test_values_entropy_and_gradients_equal_the_full_log_softmax(chunk, temperature, bias):
+    hidden, weight, b, targets, upstream = _inputs(bias=bias)
+    got, got_entropy, got_grads = _grads(
+        lambda: token_logprobs(hidden, weight, b, targets, temperature, chunk=chunk, with_entropy=True),
+        hidden, weight, b, upstream)
+    want, want_entropy, want_grads = _grads(lambda: _reference(hidden, weight, b, targets, temperature),
+                                            hidden, weight, b, upstream)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_entropy, want_entropy, rtol=1e-5, atol=1e-6)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_hand_worked_two_token_vocabulary():
+    # h = [1], W = [[ln 3], [0]], no bias: logits [ln 3, 0], softmax [3/4, 1/4].
+    # Target 0: logp = ln(3/4); target 1: ln(1/4). Entropy -(3/4 ln 3/4 + 1/4 ln 1/4) for both.
+    # dlogp_0/dW = (onehot(0) - p) h = [1/4, -1/4]; dlogp_1/dW = [-3/4, 3/4]; summed: [-1/2, 1/2].
+    hidden = torch.ones(2, 1, requires_grad=True)
+    weight = torch.tensor([[math.log(3.0)], [0.0]], requires_grad=True)
+    logp, entropy = token_logprobs(hidden, weight, None, torch.tensor([0, 1]), chunk=1, with_entropy=True)
+    torch.testing.assert_close(logp, torch.tensor([math.log(0.75), math.log(0.25)]))
+    h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    torch.testing.assert_close(entropy, torch.tensor([h, h]))
+    logp.sum().backward()
+    torch.testing.assert_close(weight.grad, torch.tensor([[-0.5], [0.5]]))
+    # dlogp/dh = (onehot(y) - p) . W: target 0: (1/4) ln 3; target 1: -(3/4) ln 3.
+    torch.testing.assert_close(hidden.grad, torch.tensor([[0.25 * math.log(3.0)], [-0.75 * math.log(3.0)]]))
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(4, 1.0), (0, 0.8), (5, 0.7)])
+def test_sampling_support_renormalises_inside_each_chunk(top_k, top_p):
+    hidden, weight, b, targets, upstream = _inputs(n=9, v=13, seed=1)
+    # Targets inside the support (what the sampler drew): the most likely token of each row.
+    with torch.no_grad():
+        targets = torch.nn.functional.linear(hidden, weight, b).argmax(-1)
+    got, got_entropy, got_grads = _grads(
+        lambda: token_logprobs(hidden, weight, b, targets, 0.8, chunk=4, with_entropy=True, top_k=top_k, top_p=top_p),
+        hidden, weight, b, upstream)
+    want, want_entropy, want_grads = _grads(lambda: _reference(hidden, weight, b, targets, 0.8, top_k, top_p),
+                                            hidden, weight, b, upstream)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    # lse - sum p z against -sum p log p: the two formulas round apart by ~1e-6 of lse's scale.
+    torch.testing.assert_close(got_entropy, want_entropy, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_bfloat16_inputs_get_a_float32_logsumexp():
+    # The logits are the bf16 matmul's; everything after it (logsumexp, the gather) runs in float32,
+    # so the result is the float32 log-softmax of those bf16 logits, not a bf16-rounded one.
+    hidden, weight, _, targets, _ = _inputs(n=6, d=8, v=300, bias=False, seed=2)
+    h16, w16 = hidden.detach().bfloat16().requires_grad_(), weight.detach().bfloat16().requires_grad_()
+    logp, _ = token_logprobs(h16, w16, None, targets, chunk=4)
+    assert logp.dtype == torch.float32
+    logits32 = torch.nn.functional.linear(h16, w16).float()  # the same bf16 products, then float32
+    want = logits32.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+    torch.testing.assert_close(logp, want.detach(), rtol=1e-6, atol=1e-6)
+    logp.sum().backward()
+    assert h16.grad.dtype == torch.bfloat16 and w16.grad.dtype == torch.bfloat16
+    assert torch.isfinite(w16.grad.float()).all()
+
+
+def test_without_entropy_returns_none_and_no_grad_is_asked_of_frozen_weights():
+    hidden, weight, _, targets, _ = _inputs(bias=False)
+    weight.requires_grad_(False)
+    logp, entropy = token_logprobs(hidden, weight, None, targets, chunk=2)
+    assert entropy is None
+    logp.sum().backward()
+    assert weight.grad is None and hidden.grad is not None
+
+
+@pytest.mark.parametrize(("setting", "vocab", "expected"), [
+    ("auto", 100, 0),  # the tiny model's characters: off
+    ("auto", AUTO_MIN_VOCAB - 1, 0),
+    ("auto", AUTO_MIN_VOCAB, AUTO_CHUNK_LOGITS // AUTO_MIN_VOCAB),
+    ("auto", 49152, 682),  # SmolLM2: 2^25 / 49,152 = 682.7
+    ("auto", 151936, 220),  # Qwen2.5
+    ("0", 49152, 0),
+    (0, 49152, 0),
+    (512, 100, 512),
+    ("256", 49152, 256),
+])
+def test_resolve_chunk(setting, vocab, expected):
+    assert resolve_chunk(setting, vocab) == expected
+
+
+@pytest.mark.parametrize("setting", ["big", "-1", "1.5"])
+def test_resolve_chunk_names_the_bad_setting(setting):
+    with pytest.raises(LMHeadChunkError, match=r"model.lm_head_chunk=.*auto, 0 or a number"):
+        resolve_chunk(setting, 49152)
