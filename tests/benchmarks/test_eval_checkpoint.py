@@ -91,9 +91,9 @@ def recorded(monkeypatch) -> list[Recorder]:
 def eval_config(tmp_path: Path, **kw) -> EvalConfig:
     kw.setdefault("benchmark", "arithmetic")
     kw.setdefault("score_workers", 1)
-    return EvalConfig(limit=EVAL_PROBLEMS, max_new_tokens=MAX_NEW_TOKENS,
-                      output_dir=str(tmp_path / "eval"), progress=False, backend="hf",
-                      device="cpu", **kw)
+    kw.setdefault("limit", EVAL_PROBLEMS)
+    return EvalConfig(max_new_tokens=MAX_NEW_TOKENS, output_dir=str(tmp_path / "eval"), progress=False,
+                      backend="hf", device="cpu", **kw)
 
 
 def test_checkpoint_records_how_training_prompted(short_run) -> None:
@@ -196,3 +196,32 @@ def test_users_own_task_by_path_with_a_plugin_verifier(tmp_path, recorded) -> No
     assert recorded[0].prompts == prompts and prompts[0].startswith("Sum: ")
     assert result["metrics"]["accuracy"]["value"] == summary["eval_after"]["greedy_accuracy"]
     assert result["maj_votes"] == {"extracted": 0, "completion": EVAL_PROBLEMS, "none": 0}
+
+
+def test_run_dir_sweep_reproduces_the_held_out_greedy_accuracy(short_run, recorded, tmp_path) -> None:
+    """``reasoning-rl-eval run_dir=<run> benchmark=arithmetic``: the same prompts as training, the same accuracy."""
+    [result] = run(eval_config(tmp_path, run_dir=str(short_run["dir"])))
+    assert result["model"]["step"] == 2
+    assert recorded[0].prompts == short_run["prompts"]
+    assert result["metrics"]["accuracy"]["value"] == short_run["summary"]["eval_after"]["greedy_accuracy"]
+
+
+def test_sweep_leaves_out_a_corrupt_checkpoint_and_says_which(tiny_run, tmp_path, capsys) -> None:
+    """tiny_run's folders are plain save_pretrained output (no manifest): the structural check finds a
+    truncated weights file; the sweep goes on with the intact checkpoint and prints which it left out."""
+    import shutil
+
+    from reasoning_rl.checkpoint import CheckpointError
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, run_dir)
+    weights = run_dir / "checkpoint-10" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    results = run(eval_config(tmp_path, run_dir=str(run_dir), limit=2))
+    assert [r["model"]["step"] for r in results] == [5]
+    err = capsys.readouterr().err
+    assert f"skipping {run_dir / 'checkpoint-10'}: corrupt (model.safetensors is" in err
+    weights = run_dir / "checkpoint-5" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match=r"every checkpoint of .* is corrupt"):
+        run(eval_config(tmp_path, run_dir=str(run_dir), limit=2))
