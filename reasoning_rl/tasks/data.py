@@ -9,7 +9,10 @@ A split's rows come from its source in the definition: the hub dataset by defaul
 ``local_file`` there; ``data_file`` names one directly), or a generator. A split
 without a local file of its own is never read from another split's file: that is
 how training on MATH could end up on MATH test, of which MATH-500 is a subset. A row
-that lacks a field the definition needs is an error naming the row and the field.
+that lacks a field the definition needs (or holds null there) is an error naming the row,
+the field and the fields the row has. A local file that cannot be read as rows (a line that
+is not JSON, a byte that is not UTF-8, an empty file) is an error naming the file, the line
+and what is wrong, checked before ``datasets`` reads it (whose own errors name neither).
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ class DatasetFieldError(TaskDataError):
     """A dataset row lacks a field the definition uses."""
 
 
+class DataFileNotFoundError(TaskDataError, FileNotFoundError):
+    """A local dataset file that does not exist."""
+
+
 @dataclass(frozen=True)
 class Problem:
     """One problem of a split, ready to prompt and score."""
@@ -54,36 +61,116 @@ class Problem:
     """The dataset row itself, for reference samples."""
 
 
+def _fields_held(row: dict[str, Any]) -> list[str]:
+    """The fields of ``row`` that hold a value. A file's rows share one schema (``datasets``), so
+    a field that some row lacks is there as null in that row: it is not one the row has."""
+    return sorted(k for k, v in row.items() if v is not None)
+
+
 def render(template: str, row: dict[str, Any], where: str) -> str:
-    """``template.format(**row)`` with list values joined by newlines; a missing field names the row."""
+    """``template.format(**row)`` with list values joined by newlines; a missing (or null) field
+    names the row and the fields it has (a prompt never reads "None")."""
     wanted = [re.split(r"[.\[]", name)[0] for _, name, _, _ in string.Formatter().parse(template) if name]
-    missing = sorted({name for name in wanted if name not in row})
+    missing = sorted({name for name in wanted if row.get(name) is None})
     if missing:
         needs = ", ".join(f"field {name!r}" for name in missing)
         raise DatasetFieldError(f"{where} has no field(s) {missing}: the template needs {needs} "
-                                f"(row fields: {sorted(row)})")
+                                f"(the row has: {_fields_held(row)})")
     values = {k: "\n".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in row.items()}
     return template.format(**values)
 
 
 def field_value(row: dict[str, Any], name: str, where: str) -> Any:
-    """``row[name]``; a missing (or null) field is a :class:`DatasetFieldError` naming the row."""
-    if name not in row or row[name] is None:
-        raise DatasetFieldError(f"{where}: missing field {name!r} (row fields: {sorted(row)})")
+    """``row[name]``; a missing (or null) field is a :class:`DatasetFieldError` naming the row and
+    the fields it has."""
+    if row.get(name) is None:
+        raise DatasetFieldError(f"{where}: missing field {name!r} (the row has: {_fields_held(row)})")
     return row[name]
 
 
+LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+"""Suffix of a local dataset file -> the ``datasets`` builder that reads it."""
+
+
 def load_local_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a local JSON, JSONL or Parquet file (through ``datasets`` so types match the hub)."""
+    """Rows of a local JSON, JSONL or Parquet file (through ``datasets`` so types match the hub).
+
+    A JSON or JSONL file is checked first (:func:`check_json_rows`), so a malformed line, a byte
+    that is not UTF-8 or an empty file is a :class:`TaskDataError` naming the file and the line;
+    what ``datasets`` still refuses (a Parquet file that is not one, a field that is a number in
+    one row and text in another) is one naming the file with the reader's own message.
+    """
     import datasets
 
     p = Path(path).expanduser()
     if not p.exists():
-        raise FileNotFoundError(f"dataset file {str(p)!r} does not exist")
-    kind = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}.get(p.suffix)
+        raise DataFileNotFoundError(f"dataset file {str(p)!r} does not exist: check the path "
+                                    "(task.data_dir / task.data_files in training, data_dir= / data_files= in evaluation)")
+    kind = LOCAL_FORMATS.get(p.suffix)
     if kind is None:
         raise TaskDataError(f"unsupported dataset file {str(p)!r}: use .json, .jsonl or .parquet")
-    return [dict(r) for r in datasets.load_dataset(kind, data_files=str(p), split="train")]
+    if kind == "json":
+        check_json_rows(p)
+    try:
+        table = datasets.load_dataset(kind, data_files=str(p), split="train")
+    except Exception as exc:  # re-raised naming the file; the reader's error stays attached
+        raise TaskDataError(f"{p}: cannot read it as {'JSON' if kind == 'json' else 'Parquet'} rows "
+                            f"({first_line(exc)}); fix the file or write it again") from exc
+    if len(table) == 0:
+        raise TaskDataError(f"{p} holds no rows: give a file with at least one row")
+    return [dict(r) for r in table]
+
+
+def check_json_rows(path: Path) -> None:
+    """Raise a :class:`TaskDataError` naming ``path``, the line and what is wrong unless the file
+    holds rows: JSON Lines (one object a line; blank lines are skipped) or, for ``.json``, one JSON
+    array of objects (or one object: a single row). The text must be UTF-8, as JSON requires."""
+    data = path.read_bytes()
+    if not data.strip():
+        raise TaskDataError(f"{path} is empty: it should hold one JSON object (one row) a line; check the "
+                            "path, or write the file again")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise TaskDataError(f"{path}, line {line}: byte 0x{data[exc.start]:02x} at column {column} is not UTF-8; "
+                            "save the file as UTF-8 (the encoding JSON requires)") from None
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TaskDataError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                                "a .json dataset file holds one array of row objects, or one object a line") from None
+        if not rows:
+            raise TaskDataError(f"{path} holds no rows (an empty array): give a file with at least one row")
+        bad = next((i for i, row in enumerate(rows) if not isinstance(row, dict)), None)
+        if bad is not None:
+            raise TaskDataError(f"{path}: item {bad} of the array is {_json_kind(rows[bad])}, not an object; "
+                                "each item must be one row: an object of field: value")
+        return
+    if path.suffix == ".json":
+        try:
+            if isinstance(json.loads(text), dict):
+                return  # one object: a single row
+        except json.JSONDecodeError:
+            pass  # not one JSON document: JSON Lines, checked line by line
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TaskDataError(f"{path}, line {number}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                                "each line must hold one JSON object (one row): fix or remove the line") from None
+        if not isinstance(row, dict):
+            raise TaskDataError(f"{path}, line {number}: {_json_kind(row)}, not an object; each line must hold "
+                                "one JSON object (one row)")
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
+    return kinds.get(type(value), "a number")
 
 
 def _describe(definition: DatasetDefinition, split: str) -> str:
@@ -173,11 +260,14 @@ def _hub_rows(definition: DatasetDefinition, split: str, source: DatasetSource) 
     return [dict(r) for r in ds]
 
 
-def make_problem(definition: DatasetDefinition, row: dict[str, Any], index: int) -> Problem:
-    """Turn one dataset row into a :class:`Problem` following ``definition``."""
+def make_problem(definition: DatasetDefinition, row: dict[str, Any], index: int,
+                 origin: str | None = None) -> Problem:
+    """Turn one dataset row into a :class:`Problem` following ``definition``; errors name the row
+    (its index among the split's rows, and ``origin``, where the rows came from, when given)."""
     d = definition
-    task_id = str(field_value(row, d.id_field, f"{d.name} row {index}")) if d.id_field else f"{d.name}/{index}"
-    where = f"{d.name} row {index} (id {task_id!r})"
+    of = f" of {origin}" if origin else ""
+    task_id = str(field_value(row, d.id_field, f"{d.name} row {index}{of}")) if d.id_field else f"{d.name}/{index}"
+    where = f"{d.name} row {index} (id {task_id!r}){of}"
     answer = field_value(row, d.answer_field, where) if d.answer_field else None
     if d.answer_extractor and answer is not None:
         try:
@@ -186,7 +276,7 @@ def make_problem(definition: DatasetDefinition, row: dict[str, Any], index: int)
             raise TaskDataError(f"{where}: field {d.answer_field!r}: {exc}") from None
     return Problem(
         task_id=task_id,
-        prompt=render(d.prompt_template, row, f"{d.name} row {index}"),
+        prompt=render(d.prompt_template, row, f"{d.name} row {index}{of}"),
         reference=answer,
         fields={kw: field_value(row, col, where) for kw, col in d.verifier.fields.items()},
         meta={col: field_value(row, col, where) for col in d.breakdown},
@@ -212,7 +302,7 @@ def load_problems(definition: DatasetDefinition, split: str | None = None, *, da
     rows, origin = load_rows(definition, split, data_dir=data_dir, data_file=data_file, source_kwargs=source_kwargs)
     if limit is not None:
         rows = rows[:limit]
-    problems = [make_problem(definition, row, i) for i, row in enumerate(rows)]
+    problems = [make_problem(definition, row, i, origin) for i, row in enumerate(rows)]
     if unique_ids:
         seen: set[str] = set()
         for p in problems:

@@ -40,6 +40,15 @@ class DefinitionNotFoundError(UserError, KeyError):
     """Raised by :func:`get_definition` for an unknown name."""
 
 
+class DefinitionError(UserError, ValueError):
+    """A dataset definition that cannot be used: not YAML, an unknown or missing key, a bad value,
+    an unknown split. The message names the file (or definition) and the key."""
+
+
+class DefinitionFileNotFoundError(DefinitionError, FileNotFoundError):
+    """A definition YAML file given by path that does not exist."""
+
+
 @dataclass(frozen=True)
 class DatasetSource:
     """Where one split's rows come from: a hub dataset, a local file, or a Python generator.
@@ -141,7 +150,7 @@ class DatasetDefinition:
     def source(self, split: str) -> DatasetSource:
         """The source of ``split``; an unknown split lists the definition's splits."""
         if split not in self.splits:
-            raise ValueError(f"{self.name!r} has no split {split!r}; its splits: {', '.join(self.splits)}")
+            raise DefinitionError(f"{self.name!r} has no split {split!r}; its splits: {', '.join(self.splits)}")
         return self.splits[split]
 
 
@@ -149,12 +158,12 @@ def _check_keys(cls: type, keys: set[str], where: str) -> None:
     known = {f.name for f in fields(cls)}
     unknown = sorted(keys - known)
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(known)}")
+        raise DefinitionError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(known)}")
     required = {f.name for f in fields(cls)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     missing = sorted(required - keys)
     if missing:
-        raise ValueError(f"{where}: missing key(s) {missing}")
+        raise DefinitionError(f"{where}: missing key(s) {missing}")
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
@@ -170,7 +179,7 @@ def _split_source(shared: dict[str, Any], own: dict[str, Any], key: str, where: 
         merged["id_range"] = tuple(merged["id_range"])
     source = _build(DatasetSource, merged, where)
     if (source.path and source.generator) or not (source.path or source.generator or source.local_file):
-        raise ValueError(f"{where}: unknown source: set one of `path` (a hub dataset) or `generator` "
+        raise DefinitionError(f"{where}: unknown source: set one of `path` (a hub dataset) or `generator` "
                          "(module:function), or only `local_file` (a file found in data_dir)")
     return source
 
@@ -180,6 +189,10 @@ def parse_definition(data: dict[str, Any], where: str = "dataset definition") ->
     data = dict(data)
     shared = dict(data.pop("source", None) or {})
     _check_keys(DatasetDefinition, set(data), where)
+    if not isinstance(data["splits"], dict) or not all(isinstance(v, dict) or v is None
+                                                       for v in data["splits"].values()):
+        raise DefinitionError(f"{where}: `splits` must map each split's name to its source keys "
+                              f"(path, name, split, local_file, generator, ...), got {data['splits']!r}")
     data["splits"] = {str(k): _split_source(shared, dict(v or {}), str(k), f"{where}: split {k!r}")
                       for k, v in dict(data["splits"]).items()}
     data["verifier"] = _build(VerifierSpec, dict(data.pop("verifier", None) or {}), f"{where}: verifier")
@@ -211,15 +224,29 @@ def _check(spec: DatasetDefinition, where: str) -> None:
     if spec.id_field is None and any(s.id_range for s in spec.splits.values()):
         problems.append("id_range needs id_field (the row field the range applies to)")
     if problems:
-        raise ValueError(f"{where}: " + "; ".join(problems))
+        raise DefinitionError(f"{where}: " + "; ".join(problems))
 
 
 def load_definition_file(path: str | Path) -> DatasetDefinition:
     """The definition in a YAML file of your own (``task.name=path/to/mine.yaml`` reads it this way)."""
     p = Path(path).expanduser()
     if not p.exists():
-        raise FileNotFoundError(f"dataset definition file {str(p)!r} does not exist")
-    return parse_definition(yaml.safe_load(p.read_text(encoding="utf-8")), str(p))
+        raise DefinitionFileNotFoundError(f"dataset definition file {str(p)!r} does not exist: check the path")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DefinitionError(f"{p}: byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is not UTF-8; "
+                              "save the file as UTF-8") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise DefinitionError(f"{p}{at}: not valid YAML ({problem}); fix the file "
+                              "(docs/tasks.md lists the keys of a definition)") from None
+    if not isinstance(data, dict):
+        raise DefinitionError(f"{p} holds {type(data).__name__ if data is not None else 'nothing'}, not a "
+                              "mapping of keys (name, splits, prompt_template, ...): see docs/tasks.md")
+    return parse_definition(data, str(p))
 
 
 @cache

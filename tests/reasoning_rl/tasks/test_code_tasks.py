@@ -95,7 +95,7 @@ def test_stdio_task_from_local_files(tmp_path):
 def test_stdio_row_without_outputs_names_the_row_and_field(tmp_path):
     files = {"train": stdio_file(tmp_path / "t.jsonl", [{"id": "a", "question": "q", "inputs": ["1\n"]}])}
     task = Task(TaskConfig(name="stdio_code", data_files={**files, "test": files["train"]}, allow_train_on_eval=True))
-    with pytest.raises(TaskDataError, match=r"stdio_code row 0 \(id 'a'\): missing field 'outputs'"):
+    with pytest.raises(TaskDataError, match=r"stdio_code row 0 \(id 'a'\) of .*t.jsonl: missing field 'outputs'"):
         task.examples("train")
 
 

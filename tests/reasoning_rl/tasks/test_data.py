@@ -1,31 +1,122 @@
-"""Rows to problems: missing fields name the row and the field; a split is never read from another's file."""
+"""Rows to problems: a bad data file names the file, the line and what is wrong; missing fields
+name the row, the field and the fields the row has; a split is never read from another's file."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from reasoning_rl.errors import USER_ERROR_EXIT, UserError
 from reasoning_rl.tasks import Task, TaskConfig
-from reasoning_rl.tasks.data import DatasetFieldError, TaskDataError, load_problems, load_rows
+from reasoning_rl.tasks.data import (
+    DatasetFieldError,
+    TaskDataError,
+    load_local_rows,
+    load_problems,
+    load_rows,
+)
 from reasoning_rl.tasks.definition import get_definition
 
+REPO = Path(__file__).resolve().parents[3]
+ROW = b'{"question": "1+1?", "answer": "#### 2"}\n'
 
-def test_missing_field_names_the_row_and_the_field(tmp_path: Path) -> None:
+
+@pytest.mark.parametrize("name, content, message", [
+    ("train.jsonl", ROW + b'{"question": "2+2?", "answer": "#### 4"\n',
+     r"train.jsonl, line 2: not valid JSON \(Expecting ',' delimiter at column 40\); each line must hold one JSON "
+     r"object \(one row\): fix or remove the line"),
+    ("train.jsonl", ROW + b"\n" + b'{"question": "x", answer: 1}\n',  # a blank line still counts as a line
+     r"train.jsonl, line 3: not valid JSON \(Expecting property name enclosed in double quotes at column 19\)"),
+    ("train.jsonl", b"",
+     r"train.jsonl is empty: it should hold one JSON object \(one row\) a line; check the path, or write the file"),
+    ("train.jsonl", b" \n\n", r"train.jsonl is empty"),
+    ("train.jsonl", ROW + b'{"question": "caf\xe9?", "answer": "#### 4"}\n',  # Latin-1, not UTF-8
+     r"train.jsonl, line 2: byte 0xe9 at column 18 is not UTF-8; save the file as UTF-8"),
+    ("train.jsonl", ROW + b"[1, 2]\n", r"train.jsonl, line 2: an array, not an object; each line must hold one JSON object"),
+    ("train.json", b'[\n  {"question": "1+1?", "answer": "#### 2"},\n  {"question": "2+2?", "answer": }\n]\n',
+     r"train.json, line 3: not valid JSON \(Expecting value at column 34\); a .json dataset file holds one array"),
+    ("train.json", b'[{"question": "1+1?", "answer": "#### 2"}, "2+2?"]', r"train.json: item 1 of the array is a string"),
+    ("train.json", b"[]", r"train.json holds no rows"),
+    ("train.parquet", b"PAR1 not a parquet file", r"train.parquet: cannot read it as Parquet rows \(.*magic bytes"),
+])
+def test_a_bad_data_file_names_the_file_the_line_and_what_is_wrong(tmp_path: Path, name, content, message) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(TaskDataError, match=message) as error:
+        load_local_rows(path)
+    assert str(error.value).startswith(str(path)) and "\n" not in str(error.value)
+    assert isinstance(error.value, UserError)
+
+
+def test_a_missing_data_file_is_a_user_error_and_still_a_file_not_found(tmp_path: Path) -> None:
+    with pytest.raises(TaskDataError, match=r"dataset file '.*nowhere.jsonl' does not exist: check the path") as error:
+        load_local_rows(tmp_path / "nowhere.jsonl")
+    assert isinstance(error.value, FileNotFoundError)
+
+
+def test_good_files_of_every_layout_load(tmp_path: Path) -> None:
+    layouts = {
+        "rows.jsonl": ROW + b"\n" + ROW,  # blank lines are skipped
+        "array.json": b'[\n {"question": "1+1?", "answer": "#### 2"},\n {"question": "1+1?", "answer": "#### 2"}\n]',
+        "lines.json": ROW + ROW,  # JSON Lines under .json
+    }
+    for name, content in layouts.items():
+        (tmp_path / name).write_bytes(content)
+        assert load_local_rows(tmp_path / name) == [{"question": "1+1?", "answer": "#### 2"}] * 2, name
+    (tmp_path / "one.json").write_bytes(b'{\n  "question": "1+1?",\n  "answer": "#### 2"\n}\n')  # one row
+    assert load_local_rows(tmp_path / "one.json") == [{"question": "1+1?", "answer": "#### 2"}]
+
+
+def test_a_bad_data_file_stops_training_with_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    """Through the command line: `reasoning-rl-train: <file>, line <n>: ...` on stderr, nothing else."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "test"):
+        (data / f"gsm8k_{split}.jsonl").write_bytes(ROW + b'{"question": "2+2?", "answer": "#### 4"\n')
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    env.pop("REASONING_RL_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-m", "reasoning_rl.cli", "task=gsm8k", f"task.data_dir={data}",
+                           f"trainer.output_dir={tmp_path / 'run'}"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == USER_ERROR_EXIT, proc.stderr[-3000:]
+    assert proc.stderr.splitlines() == [
+        f"reasoning-rl-train: {data / 'gsm8k_train.jsonl'}, line 2: not valid JSON (Expecting ',' delimiter at "
+        "column 40); each line must hold one JSON object (one row): fix or remove the line"]
+
+
+def test_missing_field_names_the_row_and_the_fields_it_has(tmp_path: Path) -> None:
+    """The file's rows share one schema, so row 1 holds 'answer' as null: the message lists the
+    fields the row has, not that null one."""
     data = tmp_path / "broken.jsonl"
     data.write_text('{"question": "1+1?", "answer": "#### 2"}\n{"question": "2+2?"}\n')
-    with pytest.raises(DatasetFieldError, match=r"gsm8k row 1 \(id 'gsm8k/1'\): missing field 'answer'"):
+    with pytest.raises(DatasetFieldError, match=r"gsm8k row 1 \(id 'gsm8k/1'\) of .*broken.jsonl: missing field "
+                                                r"'answer' \(the row has: \['question'\]\)$"):
         load_problems(get_definition("gsm8k"), data_file=str(data))
     with pytest.raises(DatasetFieldError, match=r"row 0.*needs field 'question'"):
         data.write_text('{"problem": "1+1?", "answer": "#### 2"}\n')
         load_problems(get_definition("gsm8k"), data_file=str(data))
 
 
+def test_a_row_without_the_prompt_field_is_refused_not_prompted_as_none(tmp_path: Path) -> None:
+    """Row 1 lacks 'question': it is null there (the file's schema), and the prompt read "None\n..."."""
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "#### 2"}\n{"answer": "#### 4"}\n')
+    with pytest.raises(DatasetFieldError, match=r"gsm8k row 1 of .*train.jsonl has no field\(s\) \['question'\]: "
+                                                r"the template needs field 'question' \(the row has: \['answer'\]\)"):
+        load_problems(get_definition("gsm8k"), data_file=str(data))
+
+
 def test_missing_verifier_field_names_the_row_and_the_field(tmp_path: Path) -> None:
     data = tmp_path / "humaneval.jsonl"
     data.write_text('{"task_id": "HumanEval/0", "prompt": "def f():\\n", "entry_point": "f"}\n')
-    with pytest.raises(DatasetFieldError, match=r"humaneval row 0 \(id 'HumanEval/0'\): missing field 'test' "
-                                                r"\(row fields: \['entry_point', 'prompt', 'task_id'\]\)"):
+    with pytest.raises(DatasetFieldError, match=r"humaneval row 0 \(id 'HumanEval/0'\) of .*humaneval.jsonl: "
+                                                r"missing field 'test' \(the row has: \['entry_point', 'prompt', "
+                                                r"'task_id'\]\)"):
         load_problems(get_definition("humaneval"), data_file=str(data))
 
 

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from reasoning_rl.errors import UserError
 from reasoning_rl.tasks import Task, TaskConfig
 from reasoning_rl.tasks.definition import (
+    DefinitionError,
     DefinitionNotFoundError,
     get_definition,
     list_definitions,
@@ -52,8 +54,47 @@ BASE = {"name": "x", "version": 1, "description": "", "prompt_template": "{q}", 
      r"split 'train': unknown key\(s\) \['splt'\]"),
 ])
 def test_bad_definitions_say_what_is_wrong(change: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(DefinitionError, match=message) as error:
         parse_definition({**BASE, **change})
+    assert isinstance(error.value, (UserError, ValueError))  # one line and exit 2; old except clauses still work
+
+
+GOOD_YAML = """name: mine
+version: 1
+description: my questions
+splits:
+  test:
+    local_file: mine.jsonl
+eval_split: test
+train_split: null
+prompt_template: "{q}"
+answer_field: a
+verifier:
+  name: math
+"""
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (GOOD_YAML.replace("answer_field: a", "answer_field: a: b").encode(),
+     r"mine.yaml, line 10, column 16: not valid YAML \(mapping values are not allowed here\); fix the file "
+     r"\(docs/tasks.md"),
+    (GOOD_YAML.replace("my questions", "caf\xe9").encode("latin-1"), r"mine.yaml: byte 0xe9 at offset \d+ is not UTF-8"),
+    (b"", r"mine.yaml holds nothing, not a mapping of keys"),
+    (b"- name: mine\n", r"mine.yaml holds list, not a mapping of keys"),
+    (GOOD_YAML.replace("  test:\n    local_file: mine.jsonl", "  - test").encode(),
+     r"mine.yaml: `splits` must map each split's name to its source keys"),
+    (GOOD_YAML.replace("answer_field", "answer_fild").encode(), r"mine.yaml: unknown key\(s\) \['answer_fild'\]"),
+])
+def test_a_bad_definition_file_names_the_file_and_what_is_wrong(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_bytes(GOOD_YAML.encode())
+    assert get_definition(str(path)).name == "mine"  # the good file loads
+    path.write_bytes(content)
+    with pytest.raises(DefinitionError, match=message) as error:
+        get_definition(str(path))
+    assert str(error.value).startswith(str(path)) and "\n" not in str(error.value)
+    with pytest.raises(FileNotFoundError, match=r"dataset definition file '.*other.yaml' does not exist"):
+        get_definition(str(tmp_path / "other.yaml"))
 
 
 def test_shared_source_keys_merge_into_each_split() -> None:

@@ -48,7 +48,7 @@ def test_local_jsonl_task_and_missing_field(tmp_path):
     assert [e.prompt for e in examples] == ["0 + 1 =", "1 + 1 =", "2 + 1 ="]
     assert examples[2].reference == "3"
     cfg.prompt_template = "{question} ="
-    with pytest.raises(TaskDataError, match=r"row 0 has no field\(s\) \['question'\]"):
+    with pytest.raises(TaskDataError, match=r"toy row 0 of .*train.jsonl has no field\(s\) \['question'\]"):
         Task(cfg).examples("train")
 
 
