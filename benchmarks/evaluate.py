@@ -26,7 +26,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from benchmarks.io import JsonlError, read_jsonl, write_json, write_jsonl
-from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k, vote_answer
+from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k, reports_answers, vote_answer
 from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem
 from reasoning_rl.tasks.definition import DatasetDefinition
@@ -299,15 +299,15 @@ def _answer(verdict: dict[str, Any]) -> str | None:
 
 def _votes(record: dict[str, Any]) -> list[str | None]:
     """What each sample of a problem votes for in maj@k (:func:`benchmarks.metrics.vote_answer`)."""
-    return [vote_answer(_answer(v), text, v["status"] == "ok")
+    return [vote_answer(_answer(v), text, scored=v["status"] == "ok", reports_answers=reports_answers(v.get("info")))
             for v, text in zip(record["verdicts"], record["completions"])]
 
 
 def vote_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
     """How the samples vote in maj@k: by the verifier's extracted answer, by their completion text
     (scored, but the verifier reported no answer), or not at all (not scored)."""
-    counts = Counter("extracted" if _answer(v) is not None else "completion" if v["status"] == "ok" else "none"
-                     for r in records for v in r["verdicts"])
+    counts = Counter("none" if vote is None else "extracted" if _answer(v) is not None else "completion"
+                     for r in records for v, vote in zip(r["verdicts"], _votes(r)))
     return {k: counts.get(k, 0) for k in ("extracted", "completion", "none")}
 
 

@@ -14,8 +14,9 @@ separates two checkpoints on the same benchmark.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -109,18 +110,28 @@ def majority_vote(
     return groups[best][0]
 
 
-def vote_answer(extracted: str | None, completion: str, scored: bool) -> str | None:
+def reports_answers(info: Mapping[str, Any] | None) -> bool:
+    """True when a verifier result's ``info`` has an answer field (``extracted``, ``pred``, ...; see
+    :data:`reasoning_rl.tasks.scoring.ANSWER_KEYS`), even an empty one: the verifier reports what it
+    extracted, so a sample without an answer found nothing."""
+    from reasoning_rl.tasks.scoring import ANSWER_KEYS
+
+    return any(key in (info or {}) for key in ANSWER_KEYS)
+
+
+def vote_answer(extracted: str | None, completion: str, *, scored: bool, reports_answers: bool) -> str | None:
     """What one sample votes for in maj@k.
 
-    The verifier's extracted answer when it reported one; else, for a sample the verifier did
-    score (status ``ok``) without reporting what it extracted (a plugin returning
-    ``VerifierResult.ok(score)`` alone), the completion itself with its whitespace collapsed, so
-    identical answers still agree; else ``None``: a sample the verifier could not score (no
-    answer found, a timeout, an error) does not vote.
+    * the verifier's extracted answer, when it reported one;
+    * nothing (``None``) when the verifier reports answers (its result has an answer field) but
+      found none in this sample, or could not score it (unscorable, timeout, error);
+    * the completion itself with its whitespace collapsed, when the verifier scored it (status
+      ``ok``) but reports no answer field at all (a plugin returning ``VerifierResult.ok(score)``
+      alone): identical answers still agree, instead of every sample voting for "no answer".
     """
     if extracted is not None:
         return extracted
-    if scored:
+    if scored and not reports_answers:
         return " ".join(completion.split())
     return None
 

@@ -8,8 +8,8 @@ the unbiased estimator of :func:`benchmarks.metrics.pass_at_k`; Maj@K the majori
 :func:`benchmarks.metrics.maj_at_k` over K samples, averaged over several random orders of
 the n samples (an estimate of the expected vote of K random samples, less noisy than the
 first K alone). A sample votes for the answer its verifier extracted, or, when the verifier
-scored it without reporting one (a plugin returning ``VerifierResult.ok(score)`` alone), for its
-whitespace-normalised completion (:func:`benchmarks.metrics.vote_answer`); an unscorable sample
+scored it with no answer field at all (a plugin returning ``VerifierResult.ok(score)`` alone), for
+its whitespace-normalised completion (:func:`benchmarks.metrics.vote_answer`); an unscorable sample
 does not vote. ``reasoning-rl-eval`` additionally merges answers the verifier calls equal
 (``0.5`` and ``\\frac12``).
 """
@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from benchmarks.metrics import maj_at_k, pass_at_k, vote_answer
+from benchmarks.metrics import maj_at_k, pass_at_k, reports_answers, vote_answer
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks import Example
 from reasoning_rl.tasks.scoring import Graded, extracted_answer, grade, is_correct
@@ -116,10 +116,11 @@ def evaluate_heldout(engine: RolloutEngine, examples: Sequence[Example], reward:
     n = samples_per_problem
     graded, texts = _graded(engine, examples, reward, sampling, n, seed, timeout, pool)
     correct = [graded.correct[i * n:(i + 1) * n] for i in range(len(examples))]
-    votes = [vote_answer(extracted_answer(r.info), text, r.status == "ok")
-             for r, text in zip(graded.batch.results, texts)]
+    extracted = [extracted_answer(r.info) for r in graded.batch.results]
+    votes = [vote_answer(a, text, scored=r.status == "ok", reports_answers=reports_answers(r.info))
+             for a, r, text in zip(extracted, graded.batch.results, texts)]
     answers = [votes[i * n:(i + 1) * n] for i in range(len(examples))]
-    by_text = sum(1 for r in graded.batch.results if r.status == "ok" and extracted_answer(r.info) is None)
+    by_text = sum(1 for a, v in zip(extracted, votes) if v is not None and a is None)
     if by_text:
         log.info("held-out Maj@K: %d of %d scored samples vote by their completion text: the verifier reported "
                  "no extracted answer for them", by_text, len(texts))

@@ -243,3 +243,23 @@ def test_maj_at_k_votes_by_completion_when_the_verifier_reports_no_answer(tmp_pa
     from benchmarks.runner import result_line
 
     assert "maj@k: 8 samples vote by their completion text" in result_line(results)
+
+
+def test_samples_without_an_answer_found_do_not_vote(tmp_path: Path, fake_engine, inline_pool) -> None:
+    """A verifier that reports answers (the math verifier: ``ok(0, extracted=None)`` when it finds none):
+    those samples do not vote, they never vote by their text. Three junk samples, one right answer:
+    the right answer is the only vote, maj@4 = 1."""
+    from rewards import VerifierResult
+
+    def reporting(completion: str, reference, **fields) -> VerifierResult:
+        if completion == "junk":
+            return VerifierResult.ok(0.0, extracted=None, reason="no answer found in the completion")
+        return VerifierResult.ok(float(completion == str(reference)), extracted=completion)
+
+    problems, _ = load_problems(ARITHMETIC, limit=1)
+    engine = fake_engine({problems[0].prompt: ["junk", "junk", "junk", problems[0].reference]})
+    scoring = ScoringSettings(verifier=reporting, key_data={"v": "reporting"}, pool=inline_pool)
+    results = evaluate(ARITHMETIC, problems, engine_source(engine, n=4), scoring, tmp_path, k_values=[4],
+                       show_progress=False)
+    assert results["metrics"]["maj@4"]["value"] == 1.0
+    assert results["maj_votes"] == {"extracted": 1, "completion": 0, "none": 3}

@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from benchmarks.metrics import accuracy, maj_at_k, majority_vote, mean_and_stderr, pass_at_k, vote_answer
+from benchmarks.metrics import (
+    accuracy,
+    maj_at_k,
+    majority_vote,
+    mean_and_stderr,
+    pass_at_k,
+    reports_answers,
+    vote_answer,
+)
 
 
 @pytest.mark.parametrize(
@@ -106,11 +114,17 @@ def test_maj_at_k_uses_the_first_k_samples() -> None:
     assert maj_at_k([None, None], [0.0, 0.0], 2) == 0.0
 
 
-@pytest.mark.parametrize(("extracted", "completion", "scored", "vote"), [
-    ("7", "so the answer is \\boxed{7}", True, "7"),      # the verifier's extracted answer
-    (None, "  the answer\n is  7 ", True, "the answer is 7"),  # scored, no answer reported: the text
-    (None, "no answer here", False, None),                # not scored (unscorable, timeout): no vote
-    ("7", "text", False, "7"),
+@pytest.mark.parametrize(("extracted", "completion", "scored", "reports", "vote"), [
+    ("7", "so the answer is \\boxed{7}", True, True, "7"),              # the verifier's extracted answer
+    (None, "no boxed answer", True, True, None),                        # math: ok(0, extracted=None): no vote
+    (None, "  the answer\n is  7 ", True, False, "the answer is 7"),   # plugin without answer field: the text
+    (None, "no answer here", False, False, None),                       # not scored (unscorable, timeout)
 ])
-def test_vote_answer(extracted, completion, scored, vote) -> None:
-    assert vote_answer(extracted, completion, scored) == vote
+def test_vote_answer(extracted, completion, scored, reports, vote) -> None:
+    assert vote_answer(extracted, completion, scored=scored, reports_answers=reports) == vote
+
+
+@pytest.mark.parametrize(("info", "reports"), [({"extracted": None, "gold": "1"}, True), ({"pred": "3"}, True),
+                                               ({"reason": "x"}, False), (None, False)])
+def test_reports_answers(info, reports) -> None:
+    assert reports_answers(info) is reports
