@@ -111,6 +111,18 @@ def test_a_row_without_the_prompt_field_is_refused_not_prompted_as_none(tmp_path
         load_problems(get_definition("gsm8k"), data_file=str(data))
 
 
+def test_a_hub_row_missing_a_field_names_the_dataset(monkeypatch) -> None:
+    """Rows from the hub (datasets.load_dataset, replaced here: no network in tests) share one
+    schema too: the missing field is null in the row and not among the fields it has."""
+    import datasets
+
+    rows = [{"question": "1+1?", "answer": "#### 2"}, {"question": "2+2?", "answer": None}]
+    monkeypatch.setattr(datasets, "load_dataset", lambda path, name, split: rows)
+    with pytest.raises(DatasetFieldError, match=r"^gsm8k row 1 \(id 'gsm8k/1'\) of hf://openai/gsm8k/main\[test\]: "
+                                                r"missing field 'answer' \(the row has: \['question'\]\)$"):
+        load_problems(get_definition("gsm8k"), "test")
+
+
 def test_missing_verifier_field_names_the_row_and_the_field(tmp_path: Path) -> None:
     data = tmp_path / "humaneval.jsonl"
     data.write_text('{"task_id": "HumanEval/0", "prompt": "def f():\\n", "entry_point": "f"}\n')
