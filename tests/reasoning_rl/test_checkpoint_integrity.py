@@ -180,3 +180,18 @@ def test_eval_of_a_missing_or_corrupt_checkpoint_is_one_line(run_dir: Path, tmp_
     assert str(folder) in lines[0]
     assert ("does not exist" if damage == "missing" else "model.safetensors does not match") in lines[0]
 
+
+
+def test_train_resume_with_every_checkpoint_corrupt_exits_2_naming_them(run_dir: Path) -> None:
+    for step in (2, 4, 6):
+        truncate(run_dir / f"checkpoint-{step}" / ckpt.STATE_FILE, keep=1000)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from reasoning_rl.cli import train_main; train_main()", "trainer.resume=true",
+         "trainer.progress_bar=false", "trainer.tensorboard=false", f"hydra.run.dir={run_dir}"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"reasoning-rl-train: no intact checkpoint to resume from in '{run_dir}': "
+                           "checkpoint-6 (trainer_state.pt has 1000 bytes, the manifest says "), last
+    assert "checkpoint-4 (" in last and "checkpoint-2 (" in last and "Traceback" not in proc.stderr
