@@ -17,6 +17,7 @@ The clipped surrogate itself is ``reasoning_rl.algo.losses.clipped_surrogate``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -79,7 +80,8 @@ def gae_advantages(
     return advantages, returns
 
 
-def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8,
+           sum_over_shards: Callable[[list[float]], list[float]] | None = None) -> torch.Tensor:
     """Advantage normalisation over the masked entries of the whole batch (PPO's usual trick,
     as cleanrl's ``norm_adv`` and verl's ``masked_whiten`` do it).  # [B, L]
 
@@ -89,17 +91,23 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch
     ``.std()`` are unbiased (divided by n - 1), so their whitened values are sqrt((n - 1) / n)
     times ours: 0.99 at n = 50 tokens, equal in the limit. Fewer than two masked entries: returned
     centred only (a variance of one value says nothing).
+
+    When the batch is split into shards (data-parallel ranks, each holding ``values`` of its own),
+    ``sum_over_shards`` sums a list of floats over them (``reasoning_rl.distributed.sum_floats``):
+    n, sum x, then sum (x - mean)^2 are summed over every shard, so each whitens with the whole
+    batch's mean and variance. Every shard must then call this (a collective, twice).
     """
+    total = sum_over_shards or (lambda v: v)
     m = mask.bool()  # [B, L]
-    count = int(m.sum())
+    count, value_sum = total([float(m.sum()), float(values[m].double().sum())])
     if count == 0:
         return torch.zeros_like(values)
-    mean = values[m].mean()
+    mean = value_sum / count
     centred = torch.where(m, values - mean, 0.0)  # [B, L]
     if count < 2:
         return centred
-    var = (centred[m] ** 2).mean()
-    return centred * torch.rsqrt(var + eps)
+    (square_sum,) = total([float((centred[m].double() ** 2).sum())])
+    return centred * (square_sum / count + eps) ** -0.5
 
 
 def clipped_value_loss(

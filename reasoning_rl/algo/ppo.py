@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from reasoning_rl import distributed
 from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
 from reasoning_rl.algo.gae import (
     clipped_value_loss,
@@ -287,7 +288,7 @@ class PPO(Algorithm):
         rewards = kl_penalized_rewards(old_logp, ref_logp, torch.nan_to_num(scores, nan=0.0), mask, a.beta)  # [N, L]
         advantages, returns = gae_advantages(rewards, old_values, mask, a.gamma, a.lam)  # [N, L] each
         if a.whiten_advantages:
-            advantages = whiten(advantages, value_mask)
+            advantages = whiten(advantages, value_mask, sum_over_shards=distributed.sum_floats)  # global batch
         advantages = torch.where(value_mask.bool(), advantages, 0.0)  # [N, L]
         n_tokens = float(mask.sum().clamp(min=1))
         kl1 = kl3 = 0.0

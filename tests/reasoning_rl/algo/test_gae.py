@@ -134,6 +134,25 @@ def test_whiten_uses_only_masked_entries():
     assert whiten(x, torch.zeros(1, 3))[0].tolist() == [0.0, 0.0, 0.0]
 
 
+def test_whiten_over_shards_uses_the_whole_batchs_mean_and_variance():
+    """Data-parallel PPO: each rank holds a shard of the batch. The whole batch [1, 3, 5, 7] has
+    mean 4 and population variance (9 + 1 + 1 + 9) / 4 = 5; shard [1, 3] alone has mean 2 and
+    variance 1, which would give [-1, 1]."""
+    other_shard = iter([[2.0, 12.0],   # shard [5, 7]: count 2, sum 12
+                        [10.0]])       # its (x - 4)^2: 1 + 9
+    calls = []
+
+    def sum_over_shards(values):
+        calls.append(values)
+        return [a + b for a, b in zip(values, next(other_shard))]
+
+    x = torch.tensor([[1.0, 3.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    out = whiten(x, mask, eps=0.0, sum_over_shards=sum_over_shards)
+    assert out[0].tolist() == pytest.approx([-3 / math.sqrt(5), -1 / math.sqrt(5), 0.0])
+    assert calls == [[2.0, 4.0], [10.0]]  # this shard's count and sum, then its squares about the global mean
+
+
 def test_explained_variance():
     returns = torch.tensor([[1.0, 2.0, 3.0, 50.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])

@@ -206,8 +206,9 @@ def _free_port() -> int:
 def test_two_ranks_log_the_token_means_of_one_process(tmp_path):
     """Data-parallel PPO divided each rank's token sums (ratio, clips, entropy) by the GLOBAL token
     count, so at one update ratio/mean read 0.51 on two ranks instead of 1 and entropy/mean half
-    the one-process value. The same step (fixed completions: dist_worker.FixedEngine) on one
-    process and on two gloo ranks must log the same token means."""
+    the one-process value; and each rank whitened its advantages with its own shard's statistics.
+    The same step (fixed completions: dist_worker.FixedEngine) on one process and on two gloo
+    ranks must log the same token means, advantages, losses and gradient norms."""
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not on PATH")
     worker = str(Path(__file__).with_name("ppo_dist_worker.py"))
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -223,5 +224,6 @@ def test_two_ranks_log_the_token_means_of_one_process(tmp_path):
     (one,), (two_ranks,) = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("one", "two"))
     assert two_ranks["ratio/mean"] == pytest.approx(1.0, abs=1e-6)  # pi_theta = pi_old at the first update
     for key in ("ratio/mean", "entropy/mean", "clip/low_fraction", "clip/high_fraction", "clip/value_fraction",
-                "kl/mean", "value/mean", "value/return_mean", "completion/tokens"):
+                "kl/mean", "value/mean", "value/return_mean", "advantage/abs_mean", "completion/tokens",
+                "loss/total", "loss/policy", "loss/value", "grad/norm", "grad/critic_norm"):
         assert two_ranks[key] == pytest.approx(one[key], rel=1e-5, abs=1e-7), key
