@@ -10,37 +10,52 @@ Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes `
 Every run appends one JSON record (commit, date, machine, arguments, figures) to
 ``--results PATH`` (default ``./bench_results.jsonl``; ``--no-results`` skips it) and prints
 the same record as its last line, prefixed ``BENCH_RESULT`` (benchmarks/perf/results.py).
+Bad input (an unknown benchmark, a results file that cannot be written) ends in one line,
+``reasoning-rl-bench: <message>``, and exit code 2; ``--debug`` adds the traceback (docs/errors.md).
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 
 from benchmarks.perf.results import run_and_record
+from reasoning_rl.entry_points import as_user_error, pop_debug_flag, report_user_error
+
+PROG = "reasoning-rl-bench"
 
 SUBCOMMANDS: dict[str, str] = {
     "train": "benchmarks.perf.train",
     "math": "benchmarks.perf.math_equiv",
     "code": "benchmarks.perf.code_exec",
     "memory": "benchmarks.perf.algo_memory",
+    "lmhead": "benchmarks.perf.lmhead_memory",
     "gpu": "benchmarks.perf.gpu_smoke",
 }
 ALIASES: dict[str, str] = {"math-equiv": "math", "code-exec": "code"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = pop_debug_flag(list(sys.argv[1:] if argv is None else argv))
     name = ALIASES.get(argv[0], argv[0]) if argv else None
     if name is None or name in ("-h", "--help") or name not in SUBCOMMANDS:
         print(__doc__)
         if name is not None and name not in ("-h", "--help"):
-            known = ", ".join([*SUBCOMMANDS, *ALIASES])
-            print(f"unknown benchmark {argv[0]!r}; choose one of: {known}", file=sys.stderr)
+            known = [*SUBCOMMANDS, *ALIASES]
+            close = difflib.get_close_matches(argv[0], known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            print(f"{PROG}: unknown benchmark {argv[0]!r}{hint}; choose one of: {', '.join(known)}", file=sys.stderr)
             return 2
         return 0
-    module = importlib.import_module(SUBCOMMANDS[name])
-    return run_and_record(name, module.run, argv[1:])
+    try:
+        module = importlib.import_module(SUBCOMMANDS[name])
+        return run_and_record(name, module.run, argv[1:])
+    except Exception as exc:
+        error = as_user_error(exc, "--results PATH, or --no-results")
+        if error is None:
+            raise
+        return report_user_error(PROG, error, exc)
 
 
 if __name__ == "__main__":

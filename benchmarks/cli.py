@@ -14,28 +14,42 @@ import sys
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from benchmarks.config import EvalConfig, register_configs
-from benchmarks.runner import CodeExecutionNotAllowed
-from reasoning_rl.tasks.data import TaskDataError
-from reasoning_rl.tasks.definition import DefinitionNotFoundError
+from benchmarks.config import EvalConfig, register_configs, validate
+from reasoning_rl.config_checks import ConfigError
+from reasoning_rl.entry_points import omegaconf_message, run_hydra_app, user_errors_exit
 
-USER_ERRORS = (TaskDataError, DefinitionNotFoundError, FileNotFoundError, CodeExecutionNotAllowed)
-"""Errors of the input (unknown benchmark, missing or unreachable data or model, code execution not
-allowed): one line and exit code 2, no traceback. ``FileNotFoundError`` covers
-:class:`reasoning_rl.models.ModelNotAvailableError` (a hub model with no network)."""
+PROG = "reasoning-rl-eval"
+ELSEWHERE = "output_dir=<folder>"
+"""How a user points the results at another folder (said when the file system refuses one)."""
+
+
+def to_eval_config(cfg: DictConfig) -> EvalConfig:
+    """Typed, checked config: a missing ``benchmark=``, a key no schema knows or a bad value is a
+    :class:`ConfigError` naming the key."""
+    from reasoning_rl.config_checks import unknown_keys
+
+    problems = unknown_keys(OmegaConf.to_container(cfg, resolve=False), EvalConfig)  # type: ignore[arg-type]
+    if problems:
+        raise ConfigError(problems[0] if len(problems) == 1 else
+                          "unknown configuration keys:\n  - " + "\n  - ".join(problems))
+    try:
+        config: EvalConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    except OmegaConfBaseException as exc:
+        raise ConfigError(omegaconf_message(exc)) from exc
+    validate(config)
+    return config
 
 
 @hydra.main(version_base="1.3", config_path="pkg://reasoning_rl.conf", config_name="eval")
 def _main(cfg: DictConfig) -> None:
     from benchmarks.runner import run
 
-    config: EvalConfig = OmegaConf.to_object(cfg)  # typed and validated against the schema
-    try:
-        run(config)
-    except USER_ERRORS as exc:
-        print(f"reasoning-rl-eval: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    # Bad input ends here in one line and exit code 2 (docs/errors.md); Hydra would first print
+    # "Error executing job with overrides".
+    with user_errors_exit(PROG, ELSEWHERE):
+        run(to_eval_config(cfg))
 
 
 def model_alias(argv: list[str]) -> list[str]:
@@ -50,10 +64,11 @@ def model_alias(argv: list[str]) -> list[str]:
 
 
 def eval_main() -> None:
-    """Console entry point: register the schema with Hydra's ConfigStore, then run the app."""
+    """Console entry point: register the schema with Hydra's ConfigStore, then run the app; bad
+    input ends in ``reasoning-rl-eval: <message>`` and exit code 2 (``--debug`` adds the traceback)."""
     register_configs()
     sys.argv[1:] = model_alias(sys.argv[1:])
-    _main()
+    run_hydra_app(PROG, ELSEWHERE, _main)
 
 
 if __name__ == "__main__":

@@ -2,15 +2,29 @@
 
 Exactly one of ``model``, ``samples``, ``run_dir`` says what to evaluate (or
 ``write_reference_samples`` to only write the benchmarks' reference samples).
+:func:`validate` checks every setting before anything is loaded or written: the range of
+each number (:data:`EVAL_RANGES`, :data:`EVAL_FREE`) and the combinations (k <= n, one mode).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+from reasoning_rl.config_checks import (
+    AT_LEAST_0,
+    AT_LEAST_1,
+    POSITIVE,
+    SHARE,
+    ConfigError,
+    Range,
+    problems_message,
+    range_problems,
+)
 
 
 @dataclass
@@ -66,7 +80,7 @@ class EvalConfig:
     device: str = "auto"
     """``auto``, ``cpu``, ``cuda``..."""
     dtype: str = "float32"
-    """Model dtype: float32, bfloat16, float16 (vllm: float32 means the checkpoint's own dtype)."""
+    """Model dtype: float32, bfloat16, float16 (the vllm backend runs in it too)."""
     batch_size: int = 16
     """Sequences per ``generate`` call (hf backend)."""
     tensor_parallel_size: int = 1
@@ -97,6 +111,70 @@ class EvalConfig:
     """Ignore cached generations and scores, redo everything."""
     progress: bool = True
     """Show tqdm progress bars."""
+
+
+EVAL_RANGES: dict[str, Range] = {
+    "limit": AT_LEAST_1,
+    "n": AT_LEAST_1,
+    "k": AT_LEAST_1,
+    "temperature": AT_LEAST_0,
+    "top_p": SHARE,
+    "top_k": AT_LEAST_0,
+    "max_new_tokens": AT_LEAST_1,
+    "num_fewshot": AT_LEAST_0,
+    "batch_size": AT_LEAST_1,
+    "tensor_parallel_size": AT_LEAST_1,
+    "gpu_memory_utilization": SHARE,
+    "max_model_len": AT_LEAST_1,
+    "generation_chunk": AT_LEAST_1,
+    "score_timeout": POSITIVE,
+    "score_workers": AT_LEAST_0,
+}
+"""Allowed range of every numeric setting of ``reasoning-rl-eval``."""
+
+EVAL_FREE: dict[str, str] = {"seed": "any integer seeds the sampling"}
+"""Numeric settings of ``reasoning-rl-eval`` any value of is valid, with the reason."""
+
+MODES = ("model_name_or_path", "samples", "run_dir", "write_reference_samples")
+"""The settings that say what to evaluate; exactly one is given."""
+
+BACKENDS = ("auto", "hf", "vllm")
+
+
+def _benchmark_count(benchmark: Any) -> int:
+    """How many benchmarks ``benchmark=`` names (``all`` counts as many)."""
+    names = benchmark.split(",") if isinstance(benchmark, str) else [str(b) for b in benchmark or []]
+    names = [n.strip() for n in names if n.strip()]
+    return 2 if names == ["all"] else len(names)
+
+
+def validate(cfg: EvalConfig) -> None:
+    """Refuse settings that cannot run, naming every bad key in one :class:`ConfigError`."""
+    problems = range_problems(cfg, EVAL_RANGES)
+    modes = [m for m in MODES if getattr(cfg, m)]
+    if len(modes) != 1:
+        problems.append("say what to evaluate with exactly one of model=<checkpoint or HF name>, "
+                        "samples=<file.jsonl>, run_dir=<training run folder> or write_reference_samples=<folder>; "
+                        f"got {', '.join(modes) if modes else 'none'}")
+    count = _benchmark_count(cfg.benchmark)
+    if count == 0:
+        problems.append("benchmark= is empty; name one (benchmark=gsm8k), several (benchmark=[gsm8k,math500]) or all")
+    if count > 1 and cfg.samples:
+        problems.append("samples= holds one benchmark's completions; pass a single benchmark=")
+    if count > 1 and cfg.data_files:
+        problems.append("data_files= names one file, so it needs a single benchmark; use data_dir= for several")
+    if cfg.samples and not Path(cfg.samples).expanduser().is_file():
+        problems.append(f"samples={cfg.samples}: no such file (a JSONL of task_id and completion)")
+    if cfg.run_dir and not Path(cfg.run_dir).expanduser().is_dir():
+        problems.append(f"run_dir={cfg.run_dir}: no such folder (a training run folder holding checkpoint-<step>/)")
+    too_large = [k for k in cfg.k if k > cfg.n]
+    if too_large and not cfg.samples:  # a samples file brings its own n
+        problems.append(f"k={too_large} needs at least k samples per problem, but n={cfg.n}: "
+                        f"raise n to {max(too_large)} or drop those k")
+    if cfg.backend not in BACKENDS:
+        problems.append(f"backend={cfg.backend!r} is unknown; choose one of {', '.join(BACKENDS)}")
+    if problems:
+        raise ConfigError(problems_message(problems))
 
 
 def register_configs() -> None:

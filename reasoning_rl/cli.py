@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -20,16 +19,20 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from reasoning_rl import distributed
-from reasoning_rl.algo.registry import AlgorithmNotFoundError
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.checkpoint import latest_checkpoint
-from reasoning_rl.config import ConfigError, TrainConfig, register_configs
+from reasoning_rl.config import ConfigError, TrainConfig, key_problems, register_configs, validate
+from reasoning_rl.entry_points import omegaconf_message, run_hydra_app, user_errors_exit
 from reasoning_rl.errors import UserError
-from reasoning_rl.run_status import config_differences, failure_fields, read_status, write_status
-from reasoning_rl.tasks.data import TaskDataError
-from reasoning_rl.tasks.definition import DefinitionNotFoundError
+from reasoning_rl.run_status import (
+    config_differences,
+    read_status,
+    record_failure,
+    write_status,
+)
 
 log = logging.getLogger("reasoning_rl")
 
@@ -38,19 +41,35 @@ if not OmegaConf.has_resolver("run_name"):
     OmegaConf.register_new_resolver("run_name", lambda sweep_dir, overrides: run_name(sweep_dir, list(overrides)))
 
 
-def to_train_config(cfg: DictConfig) -> TrainConfig:
-    """Typed config from the composed Hydra config (validates types and keys).
+PROG = "reasoning-rl-train"
+ELSEWHERE = "trainer.output_dir=<folder>, or hydra.sweep.dir=<folder> for a sweep"
+"""How a user points a run at another folder (said when the file system refuses one)."""
 
-    ``algo`` becomes the chosen algorithm's own dataclass (``algo.name`` through the
-    registry): already so when its YAML lists ``<name>_schema``; otherwise its values are
-    merged into that dataclass here, which rejects unknown keys by name."""
+
+def to_train_config(cfg: DictConfig) -> TrainConfig:
+    """Typed config from the composed Hydra config; a :class:`ConfigError` names every key no
+    schema knows and every value of the wrong type.
+
+    Hydra refuses an unknown key written plainly (``algo.grop_size=4``), but ``+algo.grop_size=4``
+    adds it, and OmegaConf would keep it as a stray attribute that nothing reads:
+    :func:`~reasoning_rl.config.key_problems` refuses it with the closest known key. ``algo``
+    becomes the chosen algorithm's own dataclass (``algo.name`` through the registry): already
+    so when its YAML lists ``<name>_schema``; otherwise its values are merged into that
+    dataclass here."""
     from reasoning_rl.algo.registry import get_algorithm
 
-    train_cfg: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    entry = get_algorithm(train_cfg.algo.name)
-    if not isinstance(train_cfg.algo, entry.config_class):
-        merged = OmegaConf.merge(OmegaConf.structured(entry.config_class), OmegaConf.to_container(cfg.algo))
-        train_cfg.algo = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    problems = key_problems(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
+    if problems:
+        raise ConfigError(problems[0] if len(problems) == 1 else
+                          "unknown configuration keys:\n  - " + "\n  - ".join(problems))
+    try:
+        train_cfg: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+        entry = get_algorithm(train_cfg.algo.name)
+        if not isinstance(train_cfg.algo, entry.config_class):
+            merged = OmegaConf.merge(OmegaConf.structured(entry.config_class), OmegaConf.to_container(cfg.algo))
+            train_cfg.algo = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except OmegaConfBaseException as exc:
+        raise ConfigError(omegaconf_message(exc)) from exc
     return train_cfg
 
 
@@ -72,11 +91,6 @@ def format_eval_table(summary: dict) -> str:
 
 class RunFolderConflict(UserError, RuntimeError):
     """The run folder holds another run (other settings): training there would mix the two."""
-
-
-USER_ERRORS = (ConfigError, TaskDataError, DefinitionNotFoundError, AlgorithmNotFoundError, FileNotFoundError,
-               RunFolderConflict)
-"""Errors of the input (config, data, a missing checkpoint or file): reported in one message."""
 
 
 NAME_EXCLUDED = ("trainer.seed", "trainer.resume", "trainer.output_dir", "trainer.progress_bar", "experiment")
@@ -143,10 +157,12 @@ def prepare_run_folder(run_dir: Path, resolved: dict, train_cfg: TrainConfig) ->
 
     Same settings: a finished run is skipped, an incomplete one resumes from its newest
     checkpoint (in a sweep, or with trainer.resume=true). Other settings: refused, so two
-    experiments never mix in one folder."""
+    experiments never mix in one folder; a run that failed before training began (bad
+    settings, missing data) holds nothing to mix with (:func:`holds_a_run`), so the
+    corrected command may use its folder."""
     old_config = run_dir / "config.yaml"
     status = read_status(run_dir)
-    if old_config.exists() and (status is not None or latest_checkpoint(run_dir) is not None):
+    if old_config.exists() and holds_a_run(run_dir, status):
         differ = config_differences(yaml.safe_load(old_config.read_text()) or {}, resolved)
         if differ:
             raise RunFolderConflict(
@@ -159,16 +175,28 @@ def prepare_run_folder(run_dir: Path, resolved: dict, train_cfg: TrainConfig) ->
     return False
 
 
+def holds_a_run(run_dir: Path, status: dict | None) -> bool:
+    """Whether ``run_dir`` holds a run another one must not mix with: a checkpoint, a run that is
+    running or finished, or a failed one that logged a training step (``metrics.jsonl``, which a
+    new run would append to). A run that failed before its first step (refused settings, missing
+    data or solutions, a full disk at the start) leaves nothing to mix with."""
+    if latest_checkpoint(run_dir) is not None:
+        return True
+    if status is None:
+        return False
+    metrics = run_dir / "metrics.jsonl"
+    return status.get("status") != "failed" or (metrics.exists() and metrics.stat().st_size > 0)
+
+
 @hydra.main(version_base="1.3", config_path="pkg://reasoning_rl.conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> float:
-    try:
+    if is_multirun():
+        # Recorded in the run's status.json; the sweep goes on, and Hydra raises the first
+        # failure at its end (reported by train_main like any other).
         return run_training(cfg)
-    except USER_ERRORS as exc:
-        if is_multirun():
-            raise  # recorded in the run's status.json; the sweep goes on and reports it at the end
-        # Bad input, not a bug: the message says what is wrong and what to do; no traceback.
-        print(f"reasoning-rl-train: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    # Caught here, not by train_main: Hydra would first print "Error executing job with overrides".
+    with user_errors_exit(PROG, ELSEWHERE):
+        return run_training(cfg)
 
 
 def run_training(cfg: DictConfig) -> float:
@@ -193,13 +221,22 @@ def _run_training(cfg: DictConfig) -> float:
     from reasoning_rl.trainer import Trainer
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    train_cfg = to_train_config(cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    # Every setting is checked before anything is written: a refused command leaves no
+    # config.yaml or status.json that would make its corrected version refuse the folder.
+    try:
+        train_cfg = to_train_config(cfg)
+        validate(train_cfg)
+    except UserError as exc:
+        if is_multirun() and distributed.is_main():
+            record_invalid_run(Path(OmegaConf.select(cfg, "trainer.output_dir", default=None)
+                                    or HydraConfig.get().runtime.output_dir), cfg, exc)
+        raise
     main = distributed.is_main()
     # Rank 0's folder on every rank: the default one carries a timestamp that can differ between them.
     run_dir = Path(distributed.broadcast_object(str(train_cfg.trainer.output_dir
                                                     or HydraConfig.get().runtime.output_dir)))
     run_dir.mkdir(parents=True, exist_ok=True)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
     finished = prepare_run_folder(run_dir, resolved, train_cfg)
     distributed.barrier()  # every rank has read the folder before rank 0 writes into it
     if finished:
@@ -213,22 +250,37 @@ def _run_training(cfg: DictConfig) -> float:
         log.info("run folder: %s%s", run_dir, " (resuming)" if train_cfg.trainer.resume else "")
         write_status(run_dir, "running", resumed=train_cfg.trainer.resume)
     t0 = time.perf_counter()
+    stage = "setup"  # data, model, algorithm: nothing trained yet
     try:
         trainer = Trainer(train_cfg, run_dir)
+        stage = "training"
         try:
             summary = trainer.train()
         finally:
             trainer.close()
+        if main:
+            stage = "finishing"
+            write_status(run_dir, "finished", wall_s=time.perf_counter() - t0, steps=train_cfg.trainer.steps)
+            print_summary(run_dir, summary)
     except BaseException as exc:
         # Any failing rank records it (the others may be stuck in a collective, or killed by torchrun).
+        # Never raises: a full disk must not hide the error that stopped the run.
         rank = {"rank": distributed.rank()} if distributed.is_distributed() else {}
-        write_status(run_dir, "failed", wall_s=time.perf_counter() - t0, **rank, **failure_fields(exc))
+        record_failure(run_dir, exc, stage=stage, wall_s=time.perf_counter() - t0, **rank)
         raise
-    if main:
-        write_status(run_dir, "finished", wall_s=time.perf_counter() - t0, steps=train_cfg.trainer.steps)
-        print_summary(run_dir, summary)
     after = summary.get("eval_after") or {}
     return float(after.get("greedy_accuracy", 0.0))
+
+
+def record_invalid_run(run_dir: Path, cfg: DictConfig, exc: BaseException) -> None:
+    """In a sweep, a run refused by validation is recorded in its folder (config.yaml and a
+    failed status.json, ``stage: validation``) so that the report lists it; a folder that
+    already holds a run is left as it is."""
+    if holds_a_run(run_dir, read_status(run_dir)):
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    record_failure(run_dir, exc, stage="validation")
 
 
 def print_summary(run_dir: Path, summary: dict) -> None:
@@ -244,8 +296,9 @@ def print_summary(run_dir: Path, summary: dict) -> None:
 
 
 def train_main() -> None:
-    """Console-script entry point."""
-    _hydra_main()
+    """Console-script entry point: bad input ends in one line on stderr and exit code 2
+    (``--debug`` or REASONING_RL_DEBUG=1 adds its traceback); docs/errors.md."""
+    run_hydra_app(PROG, ELSEWHERE, _hydra_main)
 
 
 if __name__ == "__main__":

@@ -6,17 +6,30 @@ values of ``conf/train.yaml`` and the default group files (a test checks they ag
 ``algo`` is typed by the chosen algorithm's own dataclass (``GRPOConfig`` in
 ``reasoning_rl/algo/grpo.py``), a subclass of ``AlgoConfig``. The schemas are
 registered with Hydra's ConfigStore (:func:`register_configs`), so a typo in an
-override or a wrong type fails at composition time with the key's name.
+override or a wrong type fails at composition time with the key's name; a key added
+with ``+`` that no schema knows is refused by :func:`key_problems`, and every value is
+checked by :func:`validate` (ranges in ``reasoning_rl.config_checks``) before a run
+writes anything.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from reasoning_rl.algo.base import AlgoConfig
 from reasoning_rl.algo.grpo import GRPOConfig
+from reasoning_rl.config_checks import (
+    TRAIN_RANGES,
+    ConfigError,
+    mentions,
+    problems_message,
+    range_problems,
+    unknown_keys,
+)
 from reasoning_rl.errors import UserError
-from reasoning_rl.models import ModelConfig
+from reasoning_rl.models import TINY, ModelConfig
 from reasoning_rl.tasks import TaskConfig
 
 
@@ -45,15 +58,16 @@ class RolloutConfig:
     """Verifier worker processes (null = one per core; 0 = in-process, no timeout)."""
     vllm_gpu_memory_utilization: float = 0.3
     """backend=vllm: share of the GPU's memory vLLM may take (its weights + KV cache); the rest is the trainer's."""
-    vllm_sleep_mode: bool = True
+    vllm_sleep_mode: bool | None = None
     """backend=vllm: put the engine to sleep while the trainer updates (frees its KV cache and, at
-    level 1, moves its weights to CPU memory); woken before the weight sync and generation."""
+    level 1, moves its weights to CPU memory); woken before the weight sync and generation.
+    null = where vLLM has sleep mode (CUDA: on; CPU: off, which the log says)."""
     vllm_sleep_level: int = 1
     """backend=vllm: 1 (weights kept in CPU memory) or 2 (weights dropped, reloaded from the trainer)."""
     vllm_sync_timeout: float = 300.0
     """backend=vllm: seconds a weight sync may take; longer stops the run with a TimeoutError."""
-    vllm_dtype: str = "auto"
-    """backend=vllm: the engine's dtype (auto = the model config's)."""
+    vllm_dtype: str | None = None
+    """backend=vllm: the engine's dtype (float32, bfloat16, ...); null = the trainer's. Both are logged."""
     vllm_max_model_len: int | None = None
     """backend=vllm: longest prompt + completion the engine plans its KV cache for (null = the model's)."""
     vllm_enforce_eager: bool = False
@@ -153,35 +167,47 @@ class TrainConfig:
     evaluation: EvalConfig = field(default_factory=EvalConfig)
 
 
-class ConfigError(UserError, ValueError):
-    """Settings that cannot run, each named by its key."""
+def key_problems(values: Mapping[str, Any]) -> list[str]:
+    """Keys of a composed config (a plain dict) that no schema knows, each with the closest known
+    key: ``+algo.grop_size=4`` -> ``unknown key algo.grop_size (did you mean algo.group_size?)``.
+    ``algo`` is checked against the chosen algorithm's dataclass (``algo.name`` via the registry)."""
+    from reasoning_rl.algo.registry import get_algorithm
+
+    algo = values.get("algo")
+    name = algo.get("name", "grpo") if isinstance(algo, Mapping) else "grpo"
+    return unknown_keys(values, TrainConfig, schemas={"algo": get_algorithm(str(name)).config_class})
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Reject settings that would fail later or silently do something else, naming every bad key."""
+    """Reject settings that would fail later or silently do something else, naming every bad key
+    in one :class:`ConfigError`: each numeric setting's range (``config_checks.TRAIN_RANGES``),
+    the algorithm's own checks (``problems()``) and the combinations that cannot run."""
     from reasoning_rl.algo.registry import get_algorithm
+    from reasoning_rl.tasks.definition import get_definition
 
     entry = get_algorithm(cfg.algo.name)
     if not isinstance(cfg.algo, entry.config_class):
         raise ConfigError(f"algo.name={cfg.algo.name!r} needs its settings as {entry.config_class.__name__}, got "
                          f"{type(cfg.algo).__name__}; compose it with algo={cfg.algo.name} or build it with "
                          f"{entry.config_class.__module__}.{entry.config_class.__name__}")
-    problems = cfg.algo.problems()
-    if cfg.rollout.temperature <= 0:
-        problems.append(f"rollout.temperature must be > 0 for sampling, got {cfg.rollout.temperature}")
-    if cfg.trainer.steps < 0:
-        problems.append(f"trainer.steps must be >= 0, got {cfg.trainer.steps}")
+    problems = range_problems(cfg, TRAIN_RANGES)
+    # The algorithm's checks, less those about a key already reported out of range.
+    reported = [p.split(" ", 1)[0] for p in problems]
+    problems += [p for p in cfg.algo.problems() if not mentions(p, reported)]
+    try:  # a definition file is small: an unknown task is refused before the run folder is touched
+        get_definition(cfg.task.name, kind="task")
+    except UserError as exc:
+        problems.append(f"task.name: {exc}")
     if cfg.rollout.backend not in ("hf", "native", "vllm"):
         problems.append(f"rollout.backend={cfg.rollout.backend!r} is unknown; choose hf, native or vllm")
-    if not 0 < cfg.rollout.vllm_gpu_memory_utilization <= 1 or cfg.rollout.vllm_sleep_level not in (1, 2):
-        problems.append("need 0 < rollout.vllm_gpu_memory_utilization <= 1 and rollout.vllm_sleep_level 1 or 2, "
-                        f"got {cfg.rollout.vllm_gpu_memory_utilization}, {cfg.rollout.vllm_sleep_level}")
-    if cfg.rollout.vllm_sync_timeout <= 0:
-        problems.append(f"rollout.vllm_sync_timeout must be > 0 seconds, got {cfg.rollout.vllm_sync_timeout}")
+    tiny = cfg.model.tiny
+    if cfg.model.name_or_path == TINY and tiny.num_heads >= 1 and tiny.hidden_size % tiny.num_heads:
+        problems.append(f"model.tiny.hidden_size={tiny.hidden_size} must be a multiple of "
+                        f"model.tiny.num_heads={tiny.num_heads}")
     if cfg.trainer.fsdp:
         problems += fsdp_problems(cfg)
     if problems:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+        raise ConfigError(problems_message(problems))
 
 
 FSDP_ALGORITHMS = ("grpo",)

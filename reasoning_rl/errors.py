@@ -39,3 +39,8 @@ class UserError(Exception):
 def debug_enabled() -> bool:
     """True when tracebacks of user errors are wanted (``REASONING_RL_DEBUG=1``)."""
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+class StorageError(UserError, OSError):
+    """A file or folder that cannot be written or read: a full disk, a read-only file system, no
+    permission, a path through a file. The message names the path and what to do."""

@@ -375,17 +375,23 @@ def write_report(sweep_dir: str | Path, x: str | None = None, series: str | None
 
 
 def main(argv: list[str] | None = None) -> int:
+    from reasoning_rl.entry_points import DEBUG_FLAG, as_user_error, pop_debug_flag, report_user_error
+
     parser = argparse.ArgumentParser(prog="reasoning-rl-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", help="a sweep folder (hydra.sweep.dir) or any folder holding run folders")
     parser.add_argument("--x", help="config key on the accuracy plot's x axis (default: algo.beta when swept)")
     parser.add_argument("--series", help="config key with one line per value (default: algo.group_size when swept)")
     parser.add_argument("--out", help="where to write the report (default: <sweep_dir>/report)")
-    args = parser.parse_args(argv)
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="show the traceback of an input error (docs/errors.md)")
+    args = parser.parse_args(pop_debug_flag(list(sys.argv[1:] if argv is None else argv)))
     try:
         written = write_report(args.sweep_dir, args.x, args.series, args.out)
-    except FileNotFoundError as exc:
-        print(f"reasoning-rl-report: {exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:
+        # Bad input (no run folders, a report folder that cannot be written): one line, exit code 2.
+        error = as_user_error(exc, "--out <folder>")
+        if error is None:
+            raise
+        return report_user_error("reasoning-rl-report", error, exc)
     print(written.pop("table"))
     for key, path in written.items():
         if key != "runs":

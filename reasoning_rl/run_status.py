@@ -4,14 +4,18 @@ reported without guessing.
     {"status": "finished", "started": "...", "ended": "...", "wall_s": 412.3, "steps": 600, ...}
 
 The CLI writes ``running`` before training, then ``finished`` (with the summary's headline
-numbers) or ``failed`` (with the error and its traceback). A folder whose status says
-``running`` but whose process is gone was killed: the report calls it incomplete, and
-re-launching the sweep resumes it from its newest checkpoint.
+numbers) or ``failed`` (with the error, its traceback and the ``stage`` it stopped in:
+``validation`` for a sweep's run refused by its settings, ``setup`` for loading data and
+model, ``training`` for warm start, evaluations, steps and checkpoints, ``finishing`` for the
+summary files). A failure is recorded even on a full disk (:func:`record_failure`). A folder
+whose status says ``running`` but whose process is gone was killed: the report calls it
+incomplete, and re-launching the sweep resumes it from its newest checkpoint.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -21,7 +25,10 @@ from typing import Any
 
 from reasoning_rl.atomic import atomic_write_text
 
+log = logging.getLogger(__name__)
+
 STATUS_FILE = "status.json"
+
 IGNORED_KEYS = ("trainer.resume", "trainer.output_dir", "trainer.progress_bar")
 """Settings that may differ between a run and its relaunch (they do not change its result)."""
 
@@ -44,6 +51,32 @@ def write_status(run_dir: str | Path, status: str, **fields: Any) -> dict[str, A
               "updated": now, "host": socket.gethostname(), "pid": os.getpid(), **fields}
     atomic_write_text(Path(run_dir) / STATUS_FILE, json.dumps(record, indent=2, default=str))
     return record
+
+
+def record_failure(run_dir: str | Path, exc: BaseException, **fields: Any) -> bool:
+    """Record ``failed`` with ``exc``'s message and traceback; never raises (False when nothing
+    could be written), so the error that stopped the run is the one reported.
+
+    On a full disk the atomic write needs a new file and fails; the existing ``status.json`` is
+    then overwritten in place with a short record (no traceback), which reuses the blocks the
+    file already holds."""
+    try:
+        write_status(run_dir, "failed", **fields, **failure_fields(exc))
+        return True
+    except OSError as first:
+        path = Path(run_dir) / STATUS_FILE
+        previous = read_status(run_dir) or {}
+        short = {"status": "failed", "started": previous.get("started"), "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                 "pid": os.getpid(), **fields, "error": failure_fields(exc)["error"][:1000],
+                 "note": f"recorded in place: {first}"}
+        try:
+            with open(path, "r+", encoding="utf-8") as f:
+                f.write(json.dumps(short, default=str))
+                f.truncate()
+            return True
+        except OSError as again:
+            log.warning("could not record the failure in %s: %s", path, again)
+            return False
 
 
 def failure_fields(exc: BaseException) -> dict[str, str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import json
 import os
@@ -114,6 +115,12 @@ RESULTS_HELP = (f"Every run appends one JSON line to --results PATH (default ./{
 def run_and_record(bench: str, run: Callable[[list[str]], BenchResult], argv: Sequence[str]) -> int:
     """Run one benchmark, append its record to the results file, print the record as the last line."""
     options, rest = results_arguments(argv)
+    if not options.no_results:
+        # A results file that cannot be written is found now, not after the benchmark has run.
+        folder = Path(options.results).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(errno.EACCES, "cannot write the results file's folder", str(folder))
     result = run(rest)
     record = make_record(bench, result)
     if not options.no_results:
