@@ -1,6 +1,6 @@
 """The run loop every algorithm shares, read top to bottom (:meth:`Trainer.train`):
 
-    build         model + tokenizer (or the newest checkpoint when resuming), rollout engine,
+    build         model + tokenizer (or the newest intact checkpoint when resuming), rollout engine,
                   task examples, reward, verifier workers
     warm start    optional supervised phase (RL needs a policy that is sometimes right)
     algorithm     algo.name -> the registered module (reasoning_rl.algo.registry); setup()
