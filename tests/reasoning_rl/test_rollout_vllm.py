@@ -341,4 +341,7 @@ def test_gpu_bench_figures_by_hand():
     assert out["generation_tokens_per_s"] == pytest.approx(200.0)  # 400 tokens / 2 s
     assert out["step_s_median"] == 2.0 and out["weight_sync_s_mean"] == 0.2
     assert out["logprob_mismatch_mean_last"] == 0.01 and out["policy_versions"] == [0, 1]
+    assert out["logprob_mismatch_max_all"] is None  # no step logged a max
+    rows[0]["rollout/logprob_mismatch_max"], rows[1]["rollout/logprob_mismatch_max"] = 3e-6, 2e-6
+    assert figures_of(rows, "vllm")["logprob_mismatch_max_all"] == 3e-6
     assert resolve_backend("auto", "cpu") == "hf" and resolve_backend("vllm", "cpu") == "vllm"
