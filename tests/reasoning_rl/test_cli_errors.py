@@ -53,7 +53,6 @@ def _message(out: subprocess.CompletedProcess) -> list[str]:
                                "to Integer"]),
     (["task=gsm9k"], ["unknown task option task=gsm9k (did you mean gsm8k?); choose one of: arithmetic, "
                       "code_synthetic, gsm8k, math, math500, mbpp, stdio_code"]),
-    (["algo=grop"], ["unknown algo option algo=grop (did you mean grpo?); choose one of: dapo, dpo, dr_grpo, grpo, "]),
     (["algo.beta=["], ["cannot parse the override 'algo.beta=[': "]),
     (["trainer.save_every=-5", "trainer.keep_checkpoints=-1"],
      ["invalid configuration:", "  - trainer.save_every must be >= 0, got -5",

@@ -21,7 +21,7 @@ from reasoning_rl.config_checks import (
     mentions,
     numeric_fields,
 )
-from reasoning_rl.entry_points import as_user_error, hydra_message
+from reasoning_rl.entry_points import as_user_error, hydra_message, user_errors_exit
 from reasoning_rl.errors import StorageError, UserError
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
@@ -192,3 +192,13 @@ def test_file_system_refusals_are_user_errors_naming_the_path(exc, message):
 def test_a_bug_stays_a_bug():
     assert as_user_error(ValueError("shape mismatch")) is None
     assert as_user_error(OSError(errno.EACCES, "Permission denied")) is None  # no path: not worded as storage
+
+
+def test_user_errors_exit_with_code_2_and_bugs_pass_through(capsys, monkeypatch):
+    monkeypatch.delenv("REASONING_RL_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as info, user_errors_exit("prog", "elsewhere"):
+        raise ConfigError("trainer.steps must be >= 0, got -1")
+    assert info.value.code == 2
+    assert capsys.readouterr().err == "prog: trainer.steps must be >= 0, got -1\n"
+    with pytest.raises(ZeroDivisionError), user_errors_exit("prog", "elsewhere"):
+        raise ZeroDivisionError("a bug keeps its traceback and exit code 1")
