@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -25,8 +26,8 @@ from reasoning_rl import distributed
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.checkpoint import latest_checkpoint
 from reasoning_rl.config import ConfigError, TrainConfig, key_problems, register_configs, validate
-from reasoning_rl.entry_points import omegaconf_message, run_hydra_app, user_errors_exit
-from reasoning_rl.errors import UserError
+from reasoning_rl.entry_points import as_user_error, omegaconf_message, run_hydra_app, user_errors_exit
+from reasoning_rl.errors import StorageError, UserError
 from reasoning_rl.run_status import (
     config_differences,
     read_status,
@@ -267,9 +268,32 @@ def _run_training(cfg: DictConfig) -> float:
         # Never raises: a full disk must not hide the error that stopped the run.
         rank = {"rank": distributed.rank()} if distributed.is_distributed() else {}
         record_failure(run_dir, exc, stage=stage, wall_s=time.perf_counter() - t0, **rank)
+        full = full_disk_error(run_dir, exc)
+        if full is not None:
+            raise full from exc
         raise
     after = summary.get("eval_after") or {}
     return float(after.get("greedy_accuracy", 0.0))
+
+
+MIN_FREE_BYTES = 1 << 20
+"""Below this much free space on the run folder's disk, a failed write is blamed on the full disk."""
+
+
+def full_disk_error(run_dir: Path, exc: BaseException) -> StorageError | None:
+    """A :class:`StorageError` when ``exc`` is no user error of its own but the run folder's disk
+    is full: torch's checkpoint writer, for one, reports a full disk only as "file write failed"."""
+    if not isinstance(exc, Exception) or as_user_error(exc, ELSEWHERE) is not None:
+        return None
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError:
+        return None
+    if free >= MIN_FREE_BYTES:
+        return None
+    return StorageError(f"cannot write to {run_dir}: its disk is full ({free} bytes free; the write failed with "
+                        f"{type(exc).__name__}: {str(exc).strip()[:160]}); free some space there or write elsewhere "
+                        f"({ELSEWHERE})")
 
 
 def record_invalid_run(run_dir: Path, cfg: DictConfig, exc: BaseException) -> None:

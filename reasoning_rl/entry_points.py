@@ -203,6 +203,13 @@ def run_hydra_app(prog: str, where: str, app: Callable[[], T]) -> T:
     exit code 2: ``--debug`` is taken out of ``sys.argv`` (Hydra's parser would refuse it) and
     ``HYDRA_FULL_ERROR=1`` makes Hydra re-raise instead of printing its report and exiting 1."""
     sys.argv[1:] = pop_debug_flag(sys.argv[1:])
+    previous = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    with user_errors_exit(prog, where):
-        return app()
+    try:
+        with user_errors_exit(prog, where):
+            return app()
+    finally:  # the app may run inside a longer-lived process (tests, notebooks)
+        if previous is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous

@@ -153,3 +153,17 @@ def test_every_user_error_class_is_documented():
     assert {"ConfigError", "StorageError", "MissingSolutionError", "RunFolderConflict"} <= classes
     docs = (root / "docs" / "errors.md").read_text()
     assert sorted(c for c in classes if f"`{c}`" not in docs) == []
+
+
+def test_a_write_failure_on_a_full_disk_is_blamed_on_the_disk(tmp_path, monkeypatch):
+    """torch's checkpoint writer says only "file write failed"; the free space tells why."""
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    failure = RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0: file write failed")
+    monkeypatch.setattr("shutil.disk_usage", lambda path: usage(10**9, 10**9 - 4096, 4096))
+    error = cli.full_disk_error(tmp_path, failure)
+    assert str(error).startswith(f"cannot write to {tmp_path}: its disk is full (4096 bytes free; the write failed "
+                                 "with RuntimeError: [enforce fail")
+    monkeypatch.setattr("shutil.disk_usage", lambda path: usage(10**9, 0, 10**9))
+    assert cli.full_disk_error(tmp_path, failure) is None  # a bug on a disk with room stays a bug
