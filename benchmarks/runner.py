@@ -85,6 +85,23 @@ class Prompting:
     """The template of the run that trained the checkpoint, for its own task; None: the benchmark's own."""
     sources: dict[str, str]
     """Setting name -> where its value came from."""
+    trained: dict[str, Any] | None = None
+    """The checkpoint's ``prompting.json``, when it has one."""
+
+    def generation_notes(self, max_new_tokens: int, stop: Sequence[str]) -> list[str]:
+        """Where this evaluation generates differently from training's held-out evaluation (length, stop
+        strings), which can change a verdict: said, not silently changed."""
+        if self.trained is None:
+            return []
+        notes = []
+        trained_tokens = self.trained.get("max_new_tokens")
+        if trained_tokens is not None and trained_tokens != max_new_tokens:
+            notes.append(f"max_new_tokens={max_new_tokens} here, {trained_tokens} in training's held-out evaluation "
+                         f"(pass max_new_tokens={trained_tokens} to generate as it did)")
+        trained_stop = self.trained.get("stop")
+        if trained_stop is not None and list(trained_stop) != list(stop):
+            notes.append(f"stop strings {list(stop)} here, {list(trained_stop)} in training")
+        return notes
 
     def describe(self) -> str:
         template = "the benchmark's own" if self.prompt_template is None else repr(self.prompt_template)
@@ -130,7 +147,7 @@ def resolve_prompting(cfg: EvalConfig, tokenizer: Any, spec: DatasetDefinition, 
         sources["prompt_template"] = f"trained on task {trained.get('task')!r}, not {spec.name!r}"
     else:
         sources["prompt_template"] = "default"
-    return Prompting(chat, system, template, sources)
+    return Prompting(chat, system, template, sources, trained)
 
 
 def make_verifier(spec: DatasetDefinition, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -213,6 +230,8 @@ class Evaluator:
         shots = fewshot_pairs(spec, cfg.num_fewshot, cfg.data_dir)
         sampling = sampling_config(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens,
                                    () if use_chat else spec.stop)
+        for note in prompting.generation_notes(cfg.max_new_tokens, sampling.stop):
+            print(f"note: {note}")
         settings = {"model": str(model), "benchmark": spec.key, "n": cfg.n, "sampling": dataclasses.asdict(sampling),
                     "chat_template": use_chat, "system_prompt": system_prompt, "num_fewshot": cfg.num_fewshot,
                     "seed": cfg.seed, "backend": resolve_backend(cfg.backend, cfg.device),

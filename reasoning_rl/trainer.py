@@ -274,7 +274,13 @@ class Trainer:
         Every rank calls it; rank 0 writes, the others wait until it is complete (reasoning_rl.checkpoint)."""
         state = {**self.algorithm.state_dict(), "sampler": self.sampler.state_dict()}
         return ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state,
-                                    keep=self.cfg.trainer.keep_checkpoints, prompting=self.task.prompting())
+                                    keep=self.cfg.trainer.keep_checkpoints, prompting=self.prompting())
+
+    def prompting(self) -> dict[str, Any]:
+        """``prompting.json`` of a checkpoint: the task's prompt settings, and the length and stop strings
+        held-out evaluation generates with (reported by ``reasoning-rl-eval`` when its own differ)."""
+        return {**self.task.prompting(), "max_new_tokens": self.sampling.max_new_tokens,
+                "stop": list(self.sampling.stop)}
 
     def close(self) -> None:
         self.algorithm.close()

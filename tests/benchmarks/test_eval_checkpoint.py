@@ -92,8 +92,8 @@ def eval_config(tmp_path: Path, **kw) -> EvalConfig:
     kw.setdefault("benchmark", "arithmetic")
     kw.setdefault("score_workers", 1)
     kw.setdefault("limit", EVAL_PROBLEMS)
-    return EvalConfig(max_new_tokens=MAX_NEW_TOKENS, output_dir=str(tmp_path / "eval"), progress=False,
-                      backend="hf", device="cpu", **kw)
+    kw.setdefault("max_new_tokens", MAX_NEW_TOKENS)
+    return EvalConfig(output_dir=str(tmp_path / "eval"), progress=False, backend="hf", device="cpu", **kw)
 
 
 def test_checkpoint_records_how_training_prompted(short_run) -> None:
@@ -102,6 +102,7 @@ def test_checkpoint_records_how_training_prompted(short_run) -> None:
     assert prompting["system_prompt"] == "Compute."
     assert prompting["prompt_template"] == "{question} Answer: "
     assert prompting["task"] == "arithmetic"
+    assert prompting["max_new_tokens"] == MAX_NEW_TOKENS and prompting["stop"] == []
 
 
 def test_eval_of_the_checkpoint_reproduces_the_runs_held_out_greedy_accuracy(short_run, recorded, tmp_path,
@@ -119,6 +120,13 @@ def test_eval_of_the_checkpoint_reproduces_the_runs_held_out_greedy_accuracy(sho
     out = capsys.readouterr().out
     assert ("chat_template=false, system_prompt='Compute.', prompt_template='{question} Answer: ' "
             f"(trained with, {checkpoint / PROMPTING_FILE})") in out
+    assert "note:" not in out  # generated with training's length and stop strings
+
+
+def test_eval_says_when_it_generates_longer_than_training(short_run, recorded, tmp_path, capsys) -> None:
+    run(eval_config(tmp_path, model_name_or_path=str(short_run["dir"] / "checkpoint-2"), max_new_tokens=6))
+    assert (f"note: max_new_tokens=6 here, {MAX_NEW_TOKENS} in training's held-out evaluation "
+            f"(pass max_new_tokens={MAX_NEW_TOKENS} to generate as it did)") in capsys.readouterr().out
 
 
 def test_eval_settings_given_explicitly_win_over_the_checkpoints(short_run, recorded, tmp_path, capsys) -> None:
