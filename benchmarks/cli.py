@@ -48,7 +48,7 @@ def _main(cfg: DictConfig) -> None:
 
     # Bad input ends here in one line and exit code 2 (docs/errors.md); Hydra would first print
     # "Error executing job with overrides".
-    with user_errors_exit(PROG, ELSEWHERE):
+    with user_errors_exit(PROG, ELSEWHERE, folder=cfg.get("output_dir")):
         run(to_eval_config(cfg))
 
 

@@ -237,19 +237,25 @@ def _run_training(cfg: DictConfig) -> float:
     # Rank 0's folder on every rank: the default one carries a timestamp that can differ between them.
     run_dir = Path(distributed.broadcast_object(str(train_cfg.trainer.output_dir
                                                     or HydraConfig.get().runtime.output_dir)))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    finished = prepare_run_folder(run_dir, resolved, train_cfg)
-    distributed.barrier()  # every rank has read the folder before rank 0 writes into it
-    if finished:
-        summary = json.loads((run_dir / "summary.json").read_text())
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        finished = prepare_run_folder(run_dir, resolved, train_cfg)
+        distributed.barrier()  # every rank has read the folder before rank 0 writes into it
+        if finished:
+            summary = json.loads((run_dir / "summary.json").read_text())
+            if main:
+                print(f"{run_dir}: already finished; skipped (delete the folder to train it again)")
+            return float((summary.get("eval_after") or {}).get("greedy_accuracy", 0.0))
+        share_the_cores(train_cfg, parallel_jobs())
         if main:
-            print(f"{run_dir}: already finished; skipped (delete the folder to train it again)")
-        return float((summary.get("eval_after") or {}).get("greedy_accuracy", 0.0))
-    share_the_cores(train_cfg, parallel_jobs())
-    if main:
-        atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        log.info("run folder: %s%s", run_dir, " (resuming)" if train_cfg.trainer.resume else "")
-        write_status(run_dir, "running", resumed=train_cfg.trainer.resume)
+            atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+            log.info("run folder: %s%s", run_dir, " (resuming)" if train_cfg.trainer.resume else "")
+            write_status(run_dir, "running", resumed=train_cfg.trainer.resume)
+    except OSError as exc:  # a full or read-only disk: name the run folder, even when the OS error does not
+        full = full_disk_error(run_dir, exc)
+        if full is not None:
+            raise full from exc
+        raise
     t0 = time.perf_counter()
     stage = "setup"  # data, model, algorithm: nothing trained yet
     try:
@@ -281,10 +287,15 @@ MIN_FREE_BYTES = 1 << 20
 
 
 def full_disk_error(run_dir: Path, exc: BaseException) -> StorageError | None:
-    """A :class:`StorageError` when ``exc`` is no user error of its own but the run folder's disk
-    is full: torch's checkpoint writer, for one, reports a full disk only as "file write failed"."""
-    if not isinstance(exc, Exception) or as_user_error(exc, ELSEWHERE) is not None:
+    """A :class:`StorageError` naming the run folder when ``exc`` is a write the file system
+    refused without saying where (safetensors' "No space left on device"), or when it is no user
+    error of its own but the run folder's disk is full (torch's checkpoint writer reports a full
+    disk only as "file write failed"); None otherwise."""
+    if not isinstance(exc, Exception):
         return None
+    error = as_user_error(exc, ELSEWHERE, folder=run_dir)
+    if error is not None:
+        return error if isinstance(error, StorageError) and not isinstance(exc, UserError) else None
     try:
         free = shutil.disk_usage(run_dir).free
     except OSError:

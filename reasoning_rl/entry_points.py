@@ -136,34 +136,38 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def storage_error(exc: BaseException, where: str) -> StorageError | None:
+def storage_error(exc: BaseException, where: str, folder: str | os.PathLike | None = None) -> StorageError | None:
     """A :class:`StorageError` when ``exc`` (or what caused it) is a file system refusing a read or
-    write that the user can fix; ``where`` says how to choose another place (``trainer.output_dir=...``)."""
+    write that the user can fix; ``where`` says how to choose another place (``trainer.output_dir=...``),
+    ``folder`` is named when the error itself carries no path (a library's "No space left on device")."""
+    unnamed = f"cannot write to {folder}" if folder is not None else "cannot write"
     for err in _chain(exc):
         if isinstance(err, OSError) and err.errno in _STORAGE_REASONS:
             if err.errno in (errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EEXIST) and not err.filename:
                 continue  # without a path these may be anything (a socket, a process): not worded as storage
             reason, todo = _STORAGE_REASONS[err.errno]
             path = f"{err.filename}" + (f" -> {err.filename2}" if err.filename2 else "") if err.filename else None
-            what = f"cannot use {path}: {reason}" if path else f"cannot write: {reason}"
+            what = f"cannot use {path}: {reason}" if path else f"{unnamed}: {reason}"
             return StorageError(f"{what}; {todo} ({where})")
         if not isinstance(err, OSError):
             text = str(err)
             for words, code in _STORAGE_TEXTS.items():
                 if words in text:
                     reason, todo = _STORAGE_REASONS[code]
-                    return StorageError(f"cannot write: {reason} ({_first_line(text)[:200]}); {todo} ({where})")
+                    return StorageError(f"{unnamed}: {reason} ({_first_line(text)[:200]}); {todo} ({where})")
     return None
 
 
-def as_user_error(exc: BaseException, where: str = "another output folder") -> UserError | None:
-    """The user error ``exc`` stands for, worded for one line; None when it is a bug."""
+def as_user_error(exc: BaseException, where: str = "another output folder",
+                  folder: str | os.PathLike | None = None) -> UserError | None:
+    """The user error ``exc`` stands for, worded for one line; None when it is a bug. ``where``
+    and ``folder``: see :func:`storage_error`."""
     message = hydra_message(exc) if isinstance(exc, Exception) else None
     if message is not None:
         return ConfigError(message)
     if isinstance(exc, UserError):
         return exc
-    stored = storage_error(exc, where)
+    stored = storage_error(exc, where, folder)
     if stored is not None:
         return stored
     if isinstance(exc, FileNotFoundError):
@@ -186,13 +190,13 @@ def exit_with(prog: str, error: UserError, original: BaseException | None = None
 
 
 @contextmanager
-def user_errors_exit(prog: str, where: str) -> Iterator[None]:
+def user_errors_exit(prog: str, where: str, folder: str | os.PathLike | None = None) -> Iterator[None]:
     """Inside this block a user error ends the program as :func:`report_user_error` says;
-    any other exception passes through unchanged."""
+    any other exception passes through unchanged. ``where``, ``folder``: see :func:`storage_error`."""
     try:
         yield
     except Exception as exc:
-        error = as_user_error(exc, where)
+        error = as_user_error(exc, where, folder)
         if error is None:
             raise
         exit_with(prog, error, exc)

@@ -167,3 +167,7 @@ def test_a_write_failure_on_a_full_disk_is_blamed_on_the_disk(tmp_path, monkeypa
                                  "with RuntimeError: [enforce fail")
     monkeypatch.setattr("shutil.disk_usage", lambda path: usage(10**9, 0, 10**9))
     assert cli.full_disk_error(tmp_path, failure) is None  # a bug on a disk with room stays a bug
+    # safetensors names the errno but not the file: the run folder is named instead.
+    rust = RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert str(cli.full_disk_error(tmp_path, rust)).startswith(
+        f"cannot write to {tmp_path}: no space left on the device (Error while serializing")
