@@ -338,7 +338,10 @@ def check_model_folder(model: str) -> None:
     or the structural checks of a plain folder) before anything is loaded; hub names pass through."""
     from reasoning_rl.models import local_model_path
 
-    folder = local_model_path(model)  # a path-like name that does not exist: one line naming it
+    try:
+        folder = local_model_path(model)
+    except FileNotFoundError as exc:  # a path-like name that does not exist: one line naming it
+        raise ckpt.CheckpointNotFoundError(str(exc)) from exc
     if folder is not None:
         ckpt.check_checkpoint(folder, what="model folder")
 

@@ -146,15 +146,21 @@ def test_resumed_training_falls_back_past_a_corrupt_checkpoint(tmp_path: Path, c
     assert "checkpoint-4 is corrupt (model.safetensors does not match" in caplog.text
 
 
-def test_eval_refuses_a_corrupt_checkpoint_before_loading_it(run_dir: Path, tmp_path: Path) -> None:
+def test_eval_refuses_a_corrupt_or_missing_checkpoint_before_loading_it(run_dir: Path, tmp_path: Path) -> None:
     from benchmarks.config import EvalConfig
     from benchmarks.runner import run
+
+    def evaluate(folder: Path) -> None:
+        run(EvalConfig(benchmark="arithmetic", model_name_or_path=str(folder), limit=2, progress=False,
+                       output_dir=str(tmp_path / "eval")))
 
     folder = run_dir / "checkpoint-6"
     flip_a_byte(folder / "model.safetensors")
     with pytest.raises(ckpt.CheckpointError, match=f"model folder '{folder}' is corrupt: model.safetensors"):
-        run(EvalConfig(benchmark="arithmetic", model_name_or_path=str(folder), limit=2, progress=False,
-                       output_dir=str(tmp_path / "eval")))
+        evaluate(folder)
+    with pytest.raises(ckpt.CheckpointNotFoundError, match=f"'{run_dir / 'checkpoint-8'}' does not exist") as err:
+        evaluate(run_dir / "checkpoint-8")
+    assert isinstance(err.value, UserError)
 
 
 CLI_EXITS_2_ON_USER_ERROR = pytest.mark.xfail(
