@@ -9,8 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import load_rows, render
 from reasoning_rl.tasks.definition import DatasetDefinition
+
+
+class PromptError(UserError, ValueError):
+    """Prompt settings that cannot be met: few-shot examples a benchmark lacks, a chat template a tokenizer lacks."""
 
 
 def fewshot_pairs(definition: DatasetDefinition, num_fewshot: int,
@@ -20,13 +25,13 @@ def fewshot_pairs(definition: DatasetDefinition, num_fewshot: int,
         return []
     name = definition.name
     if definition.fewshot is None:
-        raise ValueError(f"benchmark {name!r} defines no few-shot examples; use num_fewshot=0")
+        raise PromptError(f"benchmark {name!r} defines no few-shot examples; use num_fewshot=0")
     if definition.fewshot.split is not None:
         rows, _ = load_rows(definition, definition.fewshot.split, data_dir=data_dir)
     else:
         rows = [dict(r) for r in definition.fewshot.examples]
     if len(rows) < num_fewshot:
-        raise ValueError(f"benchmark {name!r} has only {len(rows)} few-shot examples, asked for {num_fewshot}")
+        raise PromptError(f"benchmark {name!r} has only {len(rows)} few-shot examples, asked for {num_fewshot}")
     return [
         (render(definition.prompt_template, row, f"{name} few-shot row {i}"),
          render(definition.fewshot.target_template, row, f"{name} few-shot row {i}"))
@@ -47,7 +52,7 @@ def build_prompt(question: str, shots: list[tuple[str, str]], tokenizer: Any | N
         system = f"{system_prompt}\n\n" if system_prompt else ""
         return f"{system}{prefix}{question}"
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-        raise ValueError("a chat template was asked for (task.use_chat_template=true in training, "
+        raise PromptError("a chat template was asked for (task.use_chat_template=true in training, "
                          "chat_template=true in evaluation) but the tokenizer has none; turn it off or use an "
                          "instruct model")
     messages: list[dict[str, str]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
