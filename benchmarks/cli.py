@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from benchmarks.config import EvalConfig, register_configs, validate
 from reasoning_rl.config_checks import ConfigError
-from reasoning_rl.entry_points import omegaconf_message, run_hydra_app, user_errors_exit
+from reasoning_rl.entry_points import is_multirun, omegaconf_message, run_hydra_app, user_errors_exit
 
 PROG = "reasoning-rl-eval"
 ELSEWHERE = "output_dir=<folder>"
@@ -46,6 +46,9 @@ def to_eval_config(cfg: DictConfig) -> EvalConfig:
 def _main(cfg: DictConfig) -> None:
     from benchmarks.runner import run
 
+    if is_multirun():  # a failing job is collected by Hydra; the sweep goes on and ends with its error
+        run(to_eval_config(cfg))
+        return
     # Bad input ends here in one line and exit code 2 (docs/errors.md); Hydra would first print
     # "Error executing job with overrides".
     with user_errors_exit(PROG, ELSEWHERE, folder=cfg.get("output_dir")):

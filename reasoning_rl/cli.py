@@ -18,7 +18,6 @@ from pathlib import Path
 import hydra
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -26,7 +25,13 @@ from reasoning_rl import distributed
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.checkpoint import latest_checkpoint
 from reasoning_rl.config import ConfigError, TrainConfig, key_problems, register_configs, validate
-from reasoning_rl.entry_points import as_user_error, omegaconf_message, run_hydra_app, user_errors_exit
+from reasoning_rl.entry_points import (
+    as_user_error,
+    is_multirun,
+    omegaconf_message,
+    run_hydra_app,
+    user_errors_exit,
+)
 from reasoning_rl.errors import StorageError, UserError
 from reasoning_rl.run_status import (
     config_differences,
@@ -124,10 +129,6 @@ def run_name(sweep_dir: str, job_overrides: list[str]) -> str:
         if key not in NAME_EXCLUDED and (varied is None or key in varied):
             parts.append(item.lstrip("+~"))
     return ",".join(sorted(parts)).replace("/", "_") or "default"
-
-
-def is_multirun() -> bool:
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def parallel_jobs() -> int:

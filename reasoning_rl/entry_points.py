@@ -202,6 +202,14 @@ def user_errors_exit(prog: str, where: str, folder: str | os.PathLike | None = N
         exit_with(prog, error, exc)
 
 
+def is_multirun() -> bool:
+    """Whether this process runs one job of a Hydra sweep (``--multirun``)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def run_hydra_app(prog: str, where: str, app: Callable[[], T]) -> T:
     """Run a ``@hydra.main`` app so that its composition errors and user errors end in one line and
     exit code 2: ``--debug`` is taken out of ``sys.argv`` (Hydra's parser would refuse it) and

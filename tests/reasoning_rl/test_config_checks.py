@@ -156,6 +156,7 @@ def test_the_free_form_fields_are_the_documented_ones():
     ({"temperature": -0.5, "limit": 0}, "limit must be >= 1, got 0\n  - temperature must be >= 0, got -0.5"),
     ({"benchmark": "gsm8k,math500", "data_files": "x.jsonl"}, "data_files= names one file"),
     ({"backend": "vlm"}, "backend='vlm' is unknown; choose one of auto, hf, vllm"),
+    ({"backend": "hf", "tensor_parallel_size": 2}, "tensor_parallel_size=2 shards the model over GPUs with vLLM"),
 ])
 def test_eval_settings_are_checked_before_anything_runs(changes, message):
     cfg = EvalConfig(benchmark="gsm8k", model_name_or_path="tiny")
