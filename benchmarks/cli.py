@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from benchmarks.config import EvalConfig, register_configs, validate
-from reasoning_rl.config_checks import ConfigError
+from reasoning_rl.config_checks import ConfigError, unknown_keys, unknown_keys_error
 from reasoning_rl.entry_points import is_multirun, omegaconf_message, run_hydra_app, user_errors_exit
 
 PROG = "reasoning-rl-eval"
@@ -28,12 +28,9 @@ ELSEWHERE = "output_dir=<folder>"
 def to_eval_config(cfg: DictConfig) -> EvalConfig:
     """Typed, checked config: a missing ``benchmark=``, a key no schema knows or a bad value is a
     :class:`ConfigError` naming the key."""
-    from reasoning_rl.config_checks import unknown_keys
-
     problems = unknown_keys(OmegaConf.to_container(cfg, resolve=False), EvalConfig)  # type: ignore[arg-type]
     if problems:
-        raise ConfigError(problems[0] if len(problems) == 1 else
-                          "unknown configuration keys:\n  - " + "\n  - ".join(problems))
+        raise unknown_keys_error(problems)
     try:
         config: EvalConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:

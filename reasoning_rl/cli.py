@@ -25,6 +25,7 @@ from reasoning_rl import distributed
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.checkpoint import latest_checkpoint
 from reasoning_rl.config import ConfigError, TrainConfig, key_problems, register_configs, validate
+from reasoning_rl.config_checks import unknown_keys_error
 from reasoning_rl.entry_points import (
     as_user_error,
     is_multirun,
@@ -66,8 +67,7 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
 
     problems = key_problems(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
     if problems:
-        raise ConfigError(problems[0] if len(problems) == 1 else
-                          "unknown configuration keys:\n  - " + "\n  - ".join(problems))
+        raise unknown_keys_error(problems)
     try:
         train_cfg: TrainConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
         entry = get_algorithm(train_cfg.algo.name)

@@ -272,3 +272,8 @@ def problems_message(problems: list[str], what: str = "invalid configuration") -
     if len(problems) == 1:
         return f"{what}: {problems[0]}"
     return f"{what}:\n  - " + "\n  - ".join(problems)
+
+
+def unknown_keys_error(problems: list[str]) -> ConfigError:
+    """The error for the lines of :func:`unknown_keys`: one line for one key, a short list for several."""
+    return ConfigError(problems[0] if len(problems) == 1 else problems_message(problems, "unknown configuration keys"))
