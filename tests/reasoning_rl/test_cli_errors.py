@@ -171,3 +171,32 @@ def test_a_write_failure_on_a_full_disk_is_blamed_on_the_disk(tmp_path, monkeypa
     rust = RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
     assert str(cli.full_disk_error(tmp_path, rust)).startswith(
         f"cannot write to {tmp_path}: no space left on the device (Error while serializing")
+
+
+def test_a_run_stopped_by_bad_data_leaves_a_true_record_and_a_reusable_folder(tmp_path, monkeypatch):
+    from reasoning_rl.algo.sft import MissingSolutionError
+
+    class NoSolutions:
+        def __init__(self, cfg, run_dir):
+            pass
+
+        def train(self):  # what SFT's setup raises on rows without a reference solution
+            raise MissingSolutionError("algo=sft needs a reference solution for every training row")
+
+        def close(self):
+            pass
+
+    run = tmp_path / "run"
+    monkeypatch.setattr("reasoning_rl.trainer.Trainer", NoSolutions)
+    register_configs()
+    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
+        sft = compose(config_name="train", overrides=[*TINY, "algo=sft", f"trainer.output_dir={run}"])
+        grpo = compose(config_name="train", overrides=[*TINY, f"trainer.output_dir={run}"])
+    with pytest.raises(MissingSolutionError) as info:
+        run_training(sft)
+    assert str(as_user_error(info.value)) == "algo=sft needs a reference solution for every training row"
+    status = json.loads((run / "status.json").read_text())
+    assert (status["status"], status["stage"]) == ("failed", "training")
+    assert status["error"] == "MissingSolutionError: algo=sft needs a reference solution for every training row"
+    # The corrected command (another algorithm) may use the folder: nothing was trained there.
+    assert prepare_run_folder(run, OmegaConf.to_container(grpo, resolve=True), to_train_config(grpo)) is False
