@@ -75,11 +75,6 @@ def test_damaged_results_cache_says_what_to_do(tmp_path: Path) -> None:
         run(cfg)
 
 
-CLI_EXITS_2_ON_USER_ERROR = pytest.mark.xfail(
-    strict=False, reason="until every entry point turns a UserError into one line and exit 2 (R1, issue 26)")
-
-
-@CLI_EXITS_2_ON_USER_ERROR
 def test_eval_command_exits_2_with_one_line(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_text(f"{line(A)}\n{{broken\n")

@@ -163,11 +163,7 @@ def test_eval_refuses_a_corrupt_or_missing_checkpoint_before_loading_it(run_dir:
     assert isinstance(err.value, UserError)
 
 
-CLI_EXITS_2_ON_USER_ERROR = pytest.mark.xfail(
-    strict=False, reason="until every entry point turns a UserError into one line and exit 2 (R1, issue 26)")
-
-
-@pytest.mark.parametrize("damage", ["missing", pytest.param("corrupt", marks=CLI_EXITS_2_ON_USER_ERROR)])
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
 def test_eval_of_a_missing_or_corrupt_checkpoint_is_one_line(run_dir: Path, tmp_path: Path, damage: str) -> None:
     folder = run_dir / "checkpoint-6"
     if damage == "missing":
