@@ -76,7 +76,8 @@ def _first_line(text: Any) -> str:
 
 
 def _group_option_message(missing: str, options: list[str] | None) -> str:
-    """``task/gsm9k`` with the group's options -> ``unknown task 'gsm9k' (did you mean gsm8k?); choose one of: ...``."""
+    """``task/gsm9k`` with the group's options ->
+    ``unknown task option task=gsm9k (did you mean gsm8k?); choose one of: arithmetic, ...``."""
     group, _, name = missing.rpartition("/")
     # The ConfigStore's typed schemas (``grpo_schema``) are listed as options too; they are not choices.
     choices = sorted(o for o in options or [] if not o.endswith("_schema"))
@@ -128,12 +129,13 @@ def hydra_message(exc: Exception) -> str | None:
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from (``raise ... from``); not what it was raised while handling."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = current.__cause__ or current.__context__
+        current = current.__cause__
 
 
 def storage_error(exc: BaseException, where: str, folder: str | os.PathLike | None = None) -> StorageError | None:
