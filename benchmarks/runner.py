@@ -39,6 +39,10 @@ class CodeExecutionNotAllowed(UserError, RuntimeError):
     """A code benchmark was asked for without ``allow_code_execution=true``."""
 
 
+class EvalRequestError(UserError, ValueError):
+    """An evaluation that cannot be run as asked (what to evaluate, which benchmarks, k against n)."""
+
+
 def benchmark_names(value: str | Sequence[str]) -> list[str]:
     """``[gsm8k, math500]`` or ``"gsm8k,math500"`` -> ``["gsm8k", "math500"]``; ``"all"`` -> every benchmark."""
     parts = value.split(",") if isinstance(value, str) else [str(v) for v in value]
@@ -46,7 +50,7 @@ def benchmark_names(value: str | Sequence[str]) -> list[str]:
     if names == ["all"]:
         return list_definitions()
     if not names:
-        raise ValueError(f"benchmark= is empty; choose from {', '.join(list_definitions())}")
+        raise EvalRequestError(f"benchmark= is empty; choose from {', '.join(list_definitions())}")
     return names
 
 
@@ -257,16 +261,16 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
     """Run the invocation described by ``cfg``; return the results dicts (empty when only writing samples)."""
     modes = [k for k in ("model_name_or_path", "samples", "run_dir", "write_reference_samples") if getattr(cfg, k)]
     if len(modes) != 1:
-        raise ValueError(
+        raise EvalRequestError(
             "say what to evaluate with exactly one of model=<checkpoint or HF name>, samples=<file.jsonl>, "
             f"run_dir=<training run folder> or write_reference_samples=<folder>; got {modes or 'none'}"
         )
     specs = [get_definition(n, kind="benchmark") for n in benchmark_names(cfg.benchmark)]
     if cfg.data_files and len(specs) > 1:
-        raise ValueError("data_files= names one file, so it needs a single benchmark; use data_dir= for several")
+        raise EvalRequestError("data_files= names one file, so it needs a single benchmark; use data_dir= for several")
     bad_k = [k for k in cfg.k if k > cfg.n] if not cfg.samples else []
     if bad_k:
-        raise ValueError(f"k={bad_k} needs n >= k samples per problem, but n={cfg.n}")
+        raise EvalRequestError(f"k={bad_k} needs n >= k samples per problem, but n={cfg.n}")
     evaluator = Evaluator(cfg)
 
     if cfg.write_reference_samples:
@@ -282,7 +286,7 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     if cfg.samples:
         if len(specs) > 1:
-            raise ValueError("a samples file belongs to one benchmark; pass a single benchmark= with samples=")
+            raise EvalRequestError("a samples file belongs to one benchmark; pass a single benchmark= with samples=")
         results.append(evaluator.run_samples(specs[0], cfg.samples))
     elif cfg.model_name_or_path:
         from benchmarks.generation import load_engine

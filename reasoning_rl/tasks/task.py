@@ -157,7 +157,7 @@ class Task:
         if specs[0].name == verifier.name:
             return [dataclasses.replace(specs[0], options={**verifier.options, **specs[0].options}), *specs[1:]]
         if any(s.name == verifier.name for s in specs):
-            raise ValueError(
+            raise TaskDataError(
                 f"task {self.definition.name!r}: task.rewards lists the definition's verifier {verifier.name!r} "
                 f"after {specs[0].name!r}; it measures accuracy, so it must be the first component: list it first"
             )

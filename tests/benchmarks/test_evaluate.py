@@ -102,8 +102,12 @@ def test_prompts_fewshot_and_chat_template(shared_data_dir: Path) -> None:
 
 
 def test_exactly_one_thing_to_evaluate(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="exactly one of model="):
+    from benchmarks.runner import EvalRequestError
+    from reasoning_rl.errors import UserError
+
+    with pytest.raises(EvalRequestError, match="exactly one of model=") as err:
         run(EvalConfig(benchmark="gsm8k", output_dir=str(tmp_path)))
+    assert isinstance(err.value, UserError)
 
 
 def test_shipped_config_composes_with_the_schema() -> None:
