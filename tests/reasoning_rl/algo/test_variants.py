@@ -114,14 +114,17 @@ def test_iterative_grpo_resets_the_reference(small_cfg, tmp_path):
 
 def test_top_k_top_p_sampling_trains_on_the_sampled_distribution(small_cfg, tmp_path):
     """With top-k / top-p sampling the trainer's log-probs are renormalised over the tokens the
-    sampler could draw, so every sampled token has a finite log-prob and, at mu = 1, ratio 1."""
+    sampler could draw, so every sampled token has a finite log-prob. At mu = 2 with a policy that
+    does not move (lr 0), pi_old's log-probs (computed before the update, frozen_logprobs) and the
+    training forward's must agree: ratio 1. (At mu = 1 pi_old is a detached copy: ratio 1 always.)"""
     from reasoning_rl.metrics_log import read_metrics
 
     small_cfg.rollout.top_k, small_cfg.rollout.top_p = 5, 0.9
     small_cfg.trainer.steps = 2
     small_cfg.evaluation.enabled = False
+    small_cfg.algo.num_iterations, small_cfg.algo.learning_rate = 2, 0.0
     _train(small_cfg, tmp_path / "run")
     for m in read_metrics(tmp_path / "run" / "metrics.jsonl"):
         for key in ("loss/total", "kl/mean", "entropy/mean", "grad/norm"):
             assert math.isfinite(m[key]), key
-        assert m["ratio/mean"] == pytest.approx(1.0)
+        assert m["ratio/mean"] == pytest.approx(1.0, abs=1e-5)
