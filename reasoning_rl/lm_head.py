@@ -146,13 +146,23 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             z = _chunk_logits(hidden[s:e], weight, bias, temperature, top_k, top_p)  # [c, V]
-            lse_c = torch.logsumexp(z, dim=-1)  # [c]
+            chosen = z.gather(-1, targets[s:e, None]).squeeze(-1)  # [c]
+            if with_entropy:  # one more [c, V] buffer, the probabilities; the rest in place
+                top = z.amax(-1, keepdim=True)  # [c, 1]: at least one token is in the support
+                p = (z - top).exp_()  # [c, V]
+                total = p.sum(-1, keepdim=True)  # [c, 1]
+                lse_c = (top + total.log()).squeeze(-1)  # [c]
+                p.div_(total)
+                # sum_v p_v z_v as a batched dot product (no [c, V] product); tokens outside the
+                # support have p = 0 and z = -inf, set to 0 so that they add 0, not NaN.
+                z = z.nan_to_num_(neginf=0.0)
+                entropy[s:e] = lse_c - torch.bmm(p[:, None, :], z[:, :, None]).view(-1)
+                del p
+            else:
+                lse_c = torch.logsumexp(z, dim=-1)  # [c]
+            del z
             lse[s:e] = lse_c
-            logp[s:e] = z.gather(-1, targets[s:e, None]).squeeze(-1) - lse_c
-            if with_entropy:
-                p = (z - lse_c[:, None]).exp_()  # [c, V]
-                # Tokens outside the support (z = -inf, p = 0) add nothing (0 * -inf would be NaN).
-                entropy[s:e] = lse_c - torch.where(p > 0, p * z, 0.0).sum(-1)
+            logp[s:e] = chosen - lse_c
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
         ctx.settings = temperature, chunk, top_k, top_p
         ctx.mark_non_differentiable(entropy)
@@ -174,8 +184,8 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
             h = hidden[s:e]  # [c, D]
             z = _chunk_logits(h, weight, bias, temperature, top_k, top_p)  # [c, V], recomputed
             g = grad_logp[s:e].float()  # [c]
-            # dLoss/dz = g (onehot(y) - p), then dz/dlogits = 1/T.
-            dz = (z - lse[s:e, None]).exp_().mul_(-g[:, None])  # [c, V]: -g p
+            # dLoss/dz = g (onehot(y) - p), then dz/dlogits = 1/T; in place: one [c, V] buffer.
+            dz = z.sub_(lse[s:e, None]).exp_().mul_(-g[:, None])  # [c, V]: -g p
             dz.scatter_add_(-1, targets[s:e, None], g[:, None])
             if temperature != 1.0:
                 dz.div_(temperature)
