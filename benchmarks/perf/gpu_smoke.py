@@ -43,6 +43,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-new", type=int, default=32, help="most new tokens per completion")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.3,
                    help="vLLM's share of the GPU (CPU: the KV cache is 1 GiB, or VLLM_CPU_KVCACHE_SPACE GiB)")
+    p.add_argument("--no-check-logprobs", action="store_true",
+                   help="vllm: skip the engine-vs-trainer log-prob check (its trainer forward counts in time/generate)")
     p.add_argument("--output-dir", default=None, help="run folder (default: a temporary one)")
     return p.parse_args(argv)
 
@@ -76,6 +78,7 @@ def build_config(args: argparse.Namespace, backend: str, run_dir: str) -> Any:
     cfg.rollout.max_new_tokens = args.max_new
     cfg.rollout.vllm_gpu_memory_utilization = args.gpu_memory_utilization
     cfg.rollout.vllm_max_model_len = 256
+    cfg.rollout.vllm_check_logprobs = not args.no_check_logprobs
     cfg.trainer.steps = args.steps
     cfg.trainer.save_every = 0
     cfg.trainer.keep_checkpoints = 1
