@@ -108,11 +108,98 @@ def reinforce_pp_advantages(rewards: torch.Tensor, eps: float = 1e-6, std: str =
     return torch.where(valid, (centred - flat.mean()) / (flat.std(unbiased=False) + eps), 0.0)
 
 
+def w_reinforce_advantages(rewards: torch.Tensor, positive_weight: float = 0.1, **_: object) -> torch.Tensor:
+    """W-REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM
+    Reasoning", arXiv 2506.01347): L = lambda * L_PSR + L_NSR, REINFORCE on +1 / -1 rewards with the
+    positive samples down-weighted by lambda (``positive_weight``, 0.1 in the paper). No baseline:
+
+        A_i = lambda * r_i - (1 - r_i)        (r_i in [0, 1]: lambda if correct, -1 if wrong)
+
+    ``lambda = 0`` is NSR, negative-sample reinforcement alone: only wrong samples are pushed down.
+    An all-correct group still gets lambda per sample (GRPO's gives it 0); unscorable samples get 0."""
+    valid = ~torch.isnan(rewards)
+    return torch.where(valid, positive_weight * rewards - (1.0 - rewards), 0.0)
+
+
+def _binom(n: torch.Tensor, k: int) -> torch.Tensor:
+    """C(n, k) elementwise for integer-valued float ``n`` (0 when n < k), via lgamma."""
+    if k < 0:
+        return torch.zeros_like(n)
+    ok = n >= k
+    safe = torch.where(ok, n, torch.full_like(n, float(k)))
+    value = torch.exp(torch.lgamma(safe + 1) - torch.lgamma(torch.tensor(k + 1.0, dtype=n.dtype))
+                      - torch.lgamma(safe - k + 1))
+    return torch.where(ok, torch.round(value), torch.zeros_like(n))
+
+
+def pass_at_k_advantages(rewards: torch.Tensor, k: int = 4, eps: float = 1e-6, **_: object) -> torch.Tensor:
+    """Pass@k training's analytic advantage (Chen et al. 2025, arXiv 2508.10751, sec. 4).
+
+    Split a group of n samples (c correct: reward >= 1) into every k-subset; a subset scores
+    max_j r_j (1 if any is correct). Its group statistics and each sample's advantage, the mean over
+    the subsets holding it of (subset score - mean) / std, have a closed form (k_ = min(k, n)):
+
+        R     = 1 - C(n - c, k_) / C(n, k_)                         mean subset score = pass@k
+        sigma = sqrt(R * (1 - R))                                   std of the 0/1 subset scores
+        A_correct = (1 - R) / (sigma + eps)                         every subset with it passes
+        A_wrong   = (1 - R - C(n - c - 1, k_ - 1) / C(n - 1, k_ - 1)) / (sigma + eps)
+
+    (a wrong sample's subsets fail only when its k_ - 1 companions are all wrong). At k = 1 this is
+    GRPO's advantage; an all-correct or all-wrong group gets 0. Tested against enumerating the
+    k-subsets. n counts the scorable samples; unscorable ones get 0."""
+    valid = ~torch.isnan(rewards)
+    r = torch.where(valid, rewards, 0.0).double()
+    n = valid.sum(dim=1, keepdim=True).double()  # [B, 1]
+    correct = (r >= 1.0) & valid  # [B, G]
+    c = correct.sum(dim=1, keepdim=True).double()  # [B, 1]
+    kk = torch.clamp(n, max=float(k))  # k_ = min(k, n)  # [B, 1]
+    out = torch.zeros_like(r)
+    for ki in sorted({int(v) for v in kk.flatten().tolist()}):
+        if ki < 1:
+            continue
+        rows = (kk == ki)  # [B, 1]
+        pass_k = 1.0 - _binom(n - c, ki) / _binom(n, ki)  # [B, 1]
+        sigma = torch.sqrt(pass_k * (1.0 - pass_k))
+        # a wrong sample's subsets all fail with probability C(n-c-1, k-1) / C(n-1, k-1)
+        fail_with = _binom(n - c - 1, ki - 1) / _binom(n - 1, ki - 1).clamp(min=1)
+        a_correct = (1.0 - pass_k) / (sigma + eps)  # [B, 1]
+        a_wrong = (1.0 - pass_k - fail_with) / (sigma + eps)  # [B, 1]
+        adv = torch.where(correct, a_correct, a_wrong)  # [B, G]
+        out = torch.where(rows & valid, adv, out)
+    return out.to(rewards.dtype)
+
+
+def maxrl_advantages(rewards: torch.Tensor, eps: float = 1e-6, **_: object) -> torch.Tensor:
+    """MaxRL (arXiv 2602.02710): aim at log p(correct | q) instead of p. With n samples and K correct,
+    grad log p = grad p / p is estimated by the mean over the CORRECT samples,
+
+        g = 1/K sum_{i: r_i = 1} grad log pi(o_i)   (0 when K = 0)
+
+    whose expectation is exactly grad T_n(p), T_n(p) = -sum_{k=1..n} (1 - p)^k / k, the Taylor
+    truncation of log p (T_n -> log p as n grows): the prompt's gradient is reweighted by
+    (1 - (1 - p)^n) / p, about 1/p. We centre it with the group's mean score-function term, which
+    the loss's 1/n average turns into the advantage
+
+        A_i = r_i / p_hat - 1 = n r_i / K - 1   (K >= 1),       A_i = 0   (K = 0)
+
+    i.e. GRPO's (r - mean) divided by mean(r) instead of std(r). The centring keeps the variance
+    down at a bias of -(1 - p)^(n-1) grad p (it is dropped with the all-wrong groups); both
+    expectations are tested by enumerating outcomes. Rewards are treated as p_hat = mean(r) with
+    r in [0, 1]; unscorable samples get 0."""
+    valid = ~torch.isnan(rewards)
+    mean, _ = _group_mean(rewards, valid)  # p_hat  # [B, 1]
+    adv = torch.where(mean > eps, rewards / mean.clamp(min=eps) - 1.0, 0.0)
+    return torch.where(valid, adv, 0.0)
+
+
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "reinforce_pp": reinforce_pp_advantages,
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,
     "rloo": rloo_advantages,
+    "w_reinforce": w_reinforce_advantages,
+    "pass_at_k": pass_at_k_advantages,
+    "maxrl": maxrl_advantages,
 }
 
 
@@ -121,6 +208,15 @@ def compute_advantages(rewards: torch.Tensor, estimator: str = "grpo", **options
     if estimator not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {estimator!r}; expected one of {sorted(ADVANTAGE_ESTIMATORS)}")
     return ADVANTAGE_ESTIMATORS[estimator](rewards, **options)
+
+
+def advantage_options(estimator: str, available: dict[str, object]) -> dict[str, object]:
+    """The subset of ``available`` (every advantage setting of the config) that the estimator named
+    ``estimator`` takes as keyword arguments: ``k`` goes to pass_at_k only, ``std`` to grpo only."""
+    import inspect
+
+    params = inspect.signature(ADVANTAGE_ESTIMATORS[estimator]).parameters
+    return {k: v for k, v in available.items() if k in params}
 
 
 def zero_std_fraction(rewards: torch.Tensor, tol: float = 1e-8) -> float:

@@ -27,11 +27,12 @@ from reasoning_rl import distributed
 from reasoning_rl.algo.advantages import (
     ADVANTAGE_ESTIMATORS,
     STD_MODES,
+    advantage_options,
     compute_advantages,
     zero_std_fraction,
 )
 from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
-from reasoning_rl.algo.losses import KL_ESTIMATORS, LossNormalizer, grpo_loss
+from reasoning_rl.algo.losses import KL_ESTIMATORS, KL_PLACEMENTS, POLICY_LOSSES, LossNormalizer, grpo_loss
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import pack
@@ -60,7 +61,12 @@ class GRPOConfig(ClippedPolicyConfig):
     beta: float = 0.04
     """Weight of the KL(pi_theta || pi_ref) penalty; 0 = no reference model is loaded at all."""
     advantage: str = "grpo"
-    """Advantage estimator: grpo, dr_grpo or rloo (reasoning_rl.algo.advantages)."""
+    """Advantage estimator (reasoning_rl.algo.advantages): grpo, dr_grpo, rloo, reinforce_pp,
+    w_reinforce (NSR / W-REINFORCE), pass_at_k, maxrl."""
+    positive_weight: float = 0.1
+    """W-REINFORCE's lambda, the weight of correct samples (advantage=w_reinforce; 0 = NSR alone)."""
+    pass_k: int = 4
+    """k of the pass@k advantage (advantage=pass_at_k); k = 1 is GRPO's advantage."""
     std: str = "population"
     """GRPO's scale: population (paper's worked example), unbiased (TRL/verl), batch, batch_unbiased, none."""
     adv_eps: float = 1e-6
@@ -69,6 +75,18 @@ class GRPOConfig(ClippedPolicyConfig):
     """KL term: k3 (paper), k3_is (ratio * k3, TRL's bias correction), k1, k2 (verl); docs/grpo.md."""
     ratio_level: str = "token"
     """token (GRPO's per-token ratios) or sequence (GSPO, arXiv 2507.18071: one length-normalised ratio per sample)."""
+    policy_loss: str = "clip"
+    """The policy objective (reasoning_rl.algo.losses.POLICY_LOSSES): clip (GRPO/PPO), cispo
+    (MiniMax-M1's clipped, detached IS weight) or gmpo (geometric mean of log-clipped token ratios)."""
+    dual_clip_c: float = 0.0
+    """Dual-clip PPO's c (> 1; verl uses 3): for A < 0 the loss is capped at c * |A|; 0 = off (clip only)."""
+    log_ratio_clamp: float = 0.0
+    """Clamp log(pi_theta / pi_old) and log(pi_ref / pi_theta) to [-x, x] before exp() (verl: 20); 0 = off."""
+    kl_clamp: float = 0.0
+    """Clamp the per-token KL term to [-x, x] (verl clamps k3 at 10); 0 = off."""
+    kl_placement: str = "loss"
+    """loss (differentiated, DeepSeekMath) or reward (detached per-token penalty in the advantage,
+    A_t - beta * sum_{s >= t} KL_s; use with kl_estimator=k1). docs/grpo.md, "Where the KL goes"."""
     ref_reset_every: int = 0
     """Iterative GRPO (paper sec. 4.1.3): reset pi_ref to the current policy every N steps (0 = never)."""
     dynamic_sampling: bool = False
@@ -91,6 +109,21 @@ class GRPOConfig(ClippedPolicyConfig):
             out.append(f"algo.kl_estimator={self.kl_estimator!r} is unknown; choose one of {sorted(KL_ESTIMATORS)}")
         if self.ratio_level not in ("token", "sequence"):
             out.append(f"algo.ratio_level={self.ratio_level!r} is unknown; choose token or sequence")
+        if self.policy_loss not in POLICY_LOSSES:
+            out.append(f"algo.policy_loss={self.policy_loss!r} is unknown; choose one of {sorted(POLICY_LOSSES)}")
+        elif self.policy_loss != "clip" and (self.ratio_level != "token" or self.dual_clip_c):
+            out.append(f"algo.policy_loss={self.policy_loss} takes per-token ratios and no dual clip; "
+                       f"set algo.ratio_level=token and algo.dual_clip_c=0 (or algo.policy_loss=clip)")
+        if self.dual_clip_c and self.dual_clip_c <= 1:
+            out.append(f"algo.dual_clip_c must be 0 (off) or > 1 (verl uses 3), got {self.dual_clip_c}")
+        if self.kl_placement not in KL_PLACEMENTS:
+            out.append(f"algo.kl_placement={self.kl_placement!r} is unknown; choose one of {', '.join(KL_PLACEMENTS)}")
+        elif self.kl_placement == "reward" and self.kl_estimator != "k1":
+            out.append(f"algo.kl_placement=reward takes the k1 estimator (a detached log-ratio reward), got "
+                       f"algo.kl_estimator={self.kl_estimator}; set algo.kl_estimator=k1")
+        if self.advantage == "pass_at_k" and self.pass_k > self.group_size:
+            out.append(f"algo.pass_k={self.pass_k} exceeds algo.group_size={self.group_size}: "
+                       f"a group has no {self.pass_k}-subsets; lower algo.pass_k or raise algo.group_size")
         if self.ref_reset_every < 0 or self.dynamic_sampling_max_rounds < 0:
             out.append("algo.ref_reset_every and algo.dynamic_sampling_max_rounds must be >= 0")
         return out
@@ -158,9 +191,9 @@ class GRPO(Algorithm):
         self.dynamic_stats: dict[str, float] = {}
         if a.dynamic_sampling:
             groups = self._dynamic_sampling(groups, seed)
-        options: dict[str, Any] = {"eps": a.adv_eps}
-        if a.advantage == "grpo":
-            options["std"] = a.std
+        # Each estimator takes the settings its signature names (k: pass_at_k only, std: grpo's scale).
+        options = advantage_options(a.advantage, {"eps": a.adv_eps, "std": a.std, "k": a.pass_k,
+                                                  "positive_weight": a.positive_weight})
         advantages = compute_advantages(groups.rewards, a.advantage, **options).reshape(-1)  # [B*G]
         return Rollouts.of(groups, advantages)
 
@@ -220,7 +253,9 @@ class GRPO(Algorithm):
         norm = LossNormalizer.for_batch([len(c) for c in comps], max_tokens=ctx.sampling.max_new_tokens)
         totals = {k: 0.0 for k in ("loss", "policy", "grad_norm")}
         # Token means over the mu updates, the micro-batches and the ranks (summed, divided once).
-        stats = TokenStats(("kl/mean", "clip/low_fraction", "clip/high_fraction", "ratio/mean", "entropy/mean"))
+        token_keys = ("kl/mean", "clip/low_fraction", "clip/high_fraction", "ratio/mean")
+        token_keys += ("clip/dual_fraction",) if a.dual_clip_c else ()
+        stats = TokenStats((*token_keys, "entropy/mean"))
         params = list(model.parameters())
         for _ in range(a.num_iterations):
             t_policy = time.perf_counter()
@@ -237,13 +272,18 @@ class GRPO(Algorithm):
                 out = grpo_loss(logp, old_logp, ref_logp, ro.advantages[s:e].to(ctx.device), mask,
                                 beta=a.beta, eps_low=a.eps_low, eps_high=a.eps_high,
                                 aggregation=a.loss_aggregation, normalizer=norm,
-                                kl_estimator=a.kl_estimator, ratio_level=a.ratio_level)
+                                kl_estimator=a.kl_estimator, ratio_level=a.ratio_level,
+                                policy_loss=a.policy_loss, dual_clip_c=a.dual_clip_c,
+                                log_ratio_clamp=a.log_ratio_clamp, kl_clamp=a.kl_clamp,
+                                kl_placement=a.kl_placement)
                 out.loss.backward()  # micro-batch losses add up to the batch loss: no re-weighting
                 totals["loss"] += float(out.loss.detach())
                 totals["policy"] += out.policy_loss
-                for key, mean in (("kl/mean", out.kl), ("clip/low_fraction", out.clip_low_fraction),
-                                  ("clip/high_fraction", out.clip_high_fraction), ("ratio/mean", out.ratio_mean)):
-                    stats.add_mean(key, mean, out.num_tokens)  # the micro-batch's mean, weighted by its tokens
+                means = {"kl/mean": out.kl, "clip/low_fraction": out.clip_low_fraction,
+                         "clip/high_fraction": out.clip_high_fraction, "ratio/mean": out.ratio_mean,
+                         "clip/dual_fraction": out.clip_dual_fraction}
+                for key in token_keys:
+                    stats.add_mean(key, means[key], out.num_tokens)  # the micro-batch's mean, weighted by its tokens
                 stats.add("entropy/mean", entropy, mask)
             t_optimizer = time.perf_counter()
             totals["grad_norm"] += clip_and_measure(params, a.max_grad_norm)

@@ -29,6 +29,11 @@ def policy_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(logp - old_logp)
 
 
+def token_advantages(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[B]`` advantages as ``[B, 1]`` (they broadcast over ``like``'s tokens); ``[B, L]`` ones unchanged."""
+    return advantages.unsqueeze(-1) if advantages.dim() == like.dim() - 1 else advantages
+
+
 def clipped_surrogate(
     ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float
 ) -> torch.Tensor:
@@ -36,10 +41,10 @@ def clipped_surrogate(
 
         surrogate = min( ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A )
 
-    ``advantages`` is ``[B]`` (one per sequence) and broadcast over tokens.
+    ``advantages`` is ``[B]`` (one per sequence, broadcast over tokens) or ``[B, L]`` (per token).
     ``eps_high > eps_low`` is DAPO's clip-higher (arXiv 2503.14476).
     """
-    adv = advantages.unsqueeze(-1)  # [B, 1]
+    adv = token_advantages(advantages, ratio)  # [B, 1] or [B, L]
     unclipped = ratio * adv  # [B, L]
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv  # [B, L]
     return torch.minimum(unclipped, clipped)
@@ -97,6 +102,144 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     broadcast over the sequence's tokens:  log s_i = 1/|o_i| sum_t (log pi_theta - log pi_old).  # [B, L]"""
     per_seq = masked_sum(logp - old_logp, mask, dim=-1) / mask.sum(-1).clamp(min=1)  # [B]
     return per_seq.unsqueeze(-1).expand_as(logp)
+
+
+# -- policy objectives: one function per paper, selected by ``algo.policy_loss`` -------------------
+
+@dataclass(frozen=True)
+class PolicyTerms:
+    """What a policy objective gives back, per token.  # [B, L] each"""
+
+    objective: torch.Tensor
+    """The term to maximise (the loss adds its negative)."""
+    ratio: torch.Tensor
+    """pi_theta / pi_old (for ``ratio/mean``)."""
+    clip_low: torch.Tensor
+    """bool: the objective's lower clip is active here."""
+    clip_high: torch.Tensor
+    """bool: the objective's upper clip is active here."""
+    clip_dual: torch.Tensor
+    """bool: dual-clip's bound c * A is active here (A < 0, ratio > c); False when dual-clip is off."""
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """The settings every policy objective reads (``GRPOConfig`` holds them)."""
+
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    dual_clip_c: float = 0.0
+    """Dual-clip PPO's c (> 1; 0 = off): for A < 0 the surrogate is bounded below by c * A."""
+    log_ratio_clamp: float = 0.0
+    """> 0: log(pi_theta / pi_old) is clamped to [-x, x] before exp() (verl: 20); 0 = off."""
+    ratio_level: str = "token"
+    """token, or sequence (GSPO's length-normalised ratio; the clip objective only)."""
+
+
+def _log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, o: PolicyOptions) -> torch.Tensor:
+    """log pi_theta - log pi_old, clamped to [-c, c] when ``log_ratio_clamp = c > 0`` (verl's overflow
+    guard; the clamp has no gradient, so a token past it stops moving).  # [B, L]"""
+    log_ratio = logp - old_logp
+    return log_ratio.clamp(-o.log_ratio_clamp, o.log_ratio_clamp) if o.log_ratio_clamp > 0 else log_ratio
+
+
+def ppo_clip_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                       o: PolicyOptions) -> PolicyTerms:
+    """GRPO's / PPO's clipped surrogate (:func:`clipped_surrogate`), optionally dual-clipped
+    (Ye et al. 2020, "Mastering Complex Control in MOBA Games", arXiv 1912.09729; verl's default c = 3):
+
+        s = min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)
+        s_dual = max(s, c * A)   where A < 0,     s elsewhere
+
+    For A < 0 the plain surrogate -ratio * |A| is unbounded below as the ratio grows; dual-clip caps
+    the loss at c * |A| and gives such a token no gradient (ratio > c)."""
+    if o.ratio_level == "sequence":
+        log_ratio = sequence_log_ratio(_log_ratio(logp, old_logp, o), torch.zeros_like(logp), mask)  # [B, L]
+    else:
+        log_ratio = _log_ratio(logp, old_logp, o)  # [B, L]
+    ratio = torch.exp(log_ratio)  # [B, L]
+    adv = token_advantages(advantages, ratio)  # [B, 1] or [B, L]
+    surrogate = clipped_surrogate(ratio, adv, o.eps_low, o.eps_high)  # [B, L]
+    clip_low, clip_high = clipped_tokens(ratio, adv, o.eps_low, o.eps_high)
+    dual = torch.zeros_like(clip_low)
+    if o.dual_clip_c > 0:
+        bound = o.dual_clip_c * adv  # [B, 1] or [B, L]
+        dual = ((adv < 0) & (surrogate < bound)).expand_as(surrogate)
+        surrogate = torch.where(adv < 0, torch.maximum(surrogate, bound), surrogate)
+    return PolicyTerms(surrogate, ratio, clip_low, clip_high, dual)
+
+
+def cispo_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                    o: PolicyOptions) -> PolicyTerms:
+    """CISPO (MiniMax-M1, arXiv 2506.13585, eq. 4-5): clip the importance WEIGHT, never the token:
+
+        J = sg( clip(ratio, 1 - eps_low, 1 + eps_high) ) * A * log pi_theta
+
+    Its gradient is clip(ratio) * A * grad log pi_theta on every token: a token whose ratio left the
+    clip range keeps its gradient (PPO's min() gives it none), with its weight truncated."""
+    ratio = torch.exp(_log_ratio(logp, old_logp, o))  # [B, L]
+    adv = token_advantages(advantages, ratio)
+    weight = torch.clamp(ratio, 1.0 - o.eps_low, 1.0 + o.eps_high).detach()  # sg(clip(ratio))  # [B, L]
+    objective = weight * adv * logp  # [B, L]
+    return PolicyTerms(objective, ratio, ratio < 1.0 - o.eps_low, ratio > 1.0 + o.eps_high,
+                       torch.zeros_like(ratio, dtype=torch.bool))
+
+
+def gmpo_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                   o: PolicyOptions) -> PolicyTerms:
+    """GMPO (Zhao et al. 2025, arXiv 2507.20673): the geometric mean of the token ratios, each clipped
+    in log space (eps_low / eps_high about 0.4 there), pessimistically by the sign of A as PPO does:
+
+        l_t = sgn(A) * min( sgn(A) * log r_t, sgn(A) * clip(log r_t, -eps_low, eps_high) )
+        J_i = exp( 1/|o_i| sum_t l_t ) * A_i            (the same value on each of o_i's tokens)
+
+    A is the sequence's (the token mean of per-token advantages). Aggregate with ``sequence_mean``
+    to get the paper's mean over sequences. One outlier token moves a geometric mean less than it
+    moves the arithmetic mean of GRPO's token ratios."""
+    log_ratio = _log_ratio(logp, old_logp, o)  # [B, L]
+    adv = token_advantages(advantages, log_ratio).expand_as(log_ratio)  # [B, L]
+    count = mask.sum(-1).clamp(min=1)  # [B]
+    seq_adv = masked_sum(adv, mask, dim=-1) / count  # [B]
+    sign = torch.sign(seq_adv).unsqueeze(-1)  # [B, 1]
+    clipped = torch.clamp(log_ratio, -o.eps_low, o.eps_high)  # [B, L]
+    pessimistic = sign * torch.minimum(sign * log_ratio, sign * clipped)  # [B, L]
+    geo_ratio = torch.exp(masked_sum(pessimistic, mask, dim=-1) / count)  # [B]
+    objective = (geo_ratio * seq_adv).unsqueeze(-1).expand_as(log_ratio)  # [B, L]
+    return PolicyTerms(objective, torch.exp(log_ratio), (log_ratio < -o.eps_low) & (sign < 0),
+                       (log_ratio > o.eps_high) & (sign > 0), torch.zeros_like(log_ratio, dtype=torch.bool))
+
+
+POLICY_LOSSES: dict[str, Callable[..., PolicyTerms]] = {
+    "clip": ppo_clip_objective,
+    "cispo": cispo_objective,
+    "gmpo": gmpo_objective,
+}
+"""``algo.policy_loss`` -> ``(logp, old_logp, advantages, mask, PolicyOptions) -> PolicyTerms``."""
+
+
+# -- KL placement: in the loss (differentiated) or in the reward (detached) ------------------------
+
+def reward_to_go(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum_{s >= t} v_s over each row's real tokens (undiscounted).  # [B, L]"""
+    kept = masked_fill_padding(values, mask)
+    return torch.flip(torch.cumsum(torch.flip(kept, [-1]), -1), [-1])
+
+
+def kl_in_reward_advantages(advantages: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
+                            beta: float) -> torch.Tensor:
+    """The KL as a per-token reward penalty (the classic RLHF placement; verl's ``use_kl_in_reward``):
+    token t's return is the outcome advantage minus the penalties from t on,
+
+        A_it = A_i - beta * sum_{s >= t} sg(KL_is)
+
+    With KL = k1 = log pi_theta - log pi_ref this is REINFORCE on the reward r - beta * log(pi/pi_ref),
+    whose expected gradient on policy is that of -beta * KL(pi_theta || pi_ref) over the whole
+    sequence (docs/grpo.md, "Where the KL goes"). ``kl`` is detached here.  # [B, L]"""
+    return token_advantages(advantages, kl) - beta * reward_to_go(kl.detach(), mask)
+
+
+KL_PLACEMENTS = ("loss", "reward")
+"""``algo.kl_placement``: the KL term in the loss (differentiated, DeepSeekMath) or in the reward."""
 
 
 # -- normalisation: the batch-level denominators, computed once ------------------------------------
@@ -199,6 +342,8 @@ class LossOutput:
     """Share of this micro-batch's tokens where the lower clip (A < 0) is active."""
     clip_high_fraction: float
     """Share of this micro-batch's tokens where the upper clip (A > 0) is active."""
+    clip_dual_fraction: float
+    """Share of this micro-batch's tokens where dual-clip's bound c * A is active (0 when off)."""
     ratio_mean: float
     """Token mean of pi_theta / pi_old over this micro-batch."""
     num_tokens: float
@@ -219,6 +364,11 @@ def grpo_loss(
     normalizer: LossNormalizer | None = None,
     kl_estimator: str = "k3",
     ratio_level: str = "token",
+    policy_loss: str = "clip",
+    dual_clip_c: float = 0.0,
+    log_ratio_clamp: float = 0.0,
+    kl_clamp: float = 0.0,
+    kl_placement: str = "loss",
 ) -> LossOutput:
     """-J(theta) for one micro-batch (see module docstring).
 
@@ -228,39 +378,52 @@ def grpo_loss(
     ``normalizer`` holds the whole batch's denominators; None = this micro-batch is the batch.
     ``kl_estimator`` picks the KL term (:data:`KL_ESTIMATORS`; ``k3`` is the paper's);
     ``ratio_level="sequence"`` uses GSPO's sequence ratio s_i instead of per-token ratios.
+    ``policy_loss`` picks the objective (:data:`POLICY_LOSSES`: clip, cispo, gmpo) and
+    ``dual_clip_c``, ``log_ratio_clamp`` are its options (:class:`PolicyOptions`). ``kl_clamp > 0``
+    bounds the per-token KL to [-x, x] (verl: 10 for k3) and ``log_ratio_clamp`` also bounds
+    log(pi_ref / pi_theta) inside it (verl: 20). ``kl_placement="reward"`` puts the detached KL
+    into the per-token advantage (:func:`kl_in_reward_advantages`) instead of the loss.
     """
     if kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"unknown KL estimator {kl_estimator!r}; expected one of {sorted(KL_ESTIMATORS)}")
     if ratio_level not in ("token", "sequence"):
         raise ValueError(f"unknown ratio level {ratio_level!r}; expected token or sequence")
+    if policy_loss not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy loss {policy_loss!r}; expected one of {sorted(POLICY_LOSSES)}")
+    if kl_placement not in KL_PLACEMENTS:
+        raise ValueError(f"unknown KL placement {kl_placement!r}; expected one of {list(KL_PLACEMENTS)}")
     # Padded positions hold 0 before any exp(): a raw pad log-prob (say -1000) against a
     # zero-filled reference row would give exp(1000) = inf in the KL, and a NaN gradient
     # even where the aggregation later drops that position.
     logp, old_logp = masked_fill_padding(logp, mask), masked_fill_padding(old_logp, mask)
     ref_logp = None if ref_logp is None else masked_fill_padding(ref_logp, mask)
-    if ratio_level == "sequence":
-        ratio = torch.exp(sequence_log_ratio(logp, old_logp, mask))  # s_i on each token  # [B, L]
-    else:
-        ratio = policy_ratio(logp, old_logp)  # [B, L]
-    surrogate = clipped_surrogate(ratio, advantages, eps_low, eps_high)  # [B, L]
-    per_token = -surrogate  # we minimise  # [B, L]
     n = float(mask.sum().clamp(min=1))
-    kl_value = 0.0
+    kl, kl_value = None, 0.0
     if beta != 0.0:
         if ref_logp is None:
             raise ValueError("beta != 0 needs reference log-probs")
+        if log_ratio_clamp > 0:  # log(pi_ref / pi_theta) in [-c, c]; no gradient past the bound
+            ref_logp = logp + torch.clamp(ref_logp - logp, -log_ratio_clamp, log_ratio_clamp)
         kl = KL_ESTIMATORS[kl_estimator](logp, ref_logp, old_logp)  # [B, L]
-        per_token = per_token + beta * kl
+        if kl_clamp > 0:
+            kl = kl.clamp(-kl_clamp, kl_clamp)
         kl_value = float(masked_sum(kl.detach(), mask)) / n
+        if kl_placement == "reward":
+            advantages = kl_in_reward_advantages(advantages, kl, mask, beta)  # [B, L]
+    options = PolicyOptions(eps_low, eps_high, dual_clip_c, log_ratio_clamp, ratio_level)
+    terms = POLICY_LOSSES[policy_loss](logp, old_logp, advantages, mask, options)
+    per_token = -terms.objective  # we minimise  # [B, L]
+    if kl is not None and kl_placement == "loss":
+        per_token = per_token + beta * kl
     loss = aggregate(aggregation, per_token, mask, normalizer)
     with torch.no_grad():
-        clip_low, clip_high = clipped_tokens(ratio, advantages.unsqueeze(-1), eps_low, eps_high)
         return LossOutput(
             loss=loss,
-            policy_loss=float(aggregate(aggregation, -surrogate.detach(), mask, normalizer)),
+            policy_loss=float(aggregate(aggregation, -terms.objective.detach(), mask, normalizer)),
             kl=kl_value,
-            clip_low_fraction=float(masked_sum(clip_low.float(), mask)) / n,
-            clip_high_fraction=float(masked_sum(clip_high.float(), mask)) / n,
-            ratio_mean=float(masked_sum(ratio.detach(), mask)) / n,
+            clip_low_fraction=float(masked_sum(terms.clip_low.float(), mask)) / n,
+            clip_high_fraction=float(masked_sum(terms.clip_high.float(), mask)) / n,
+            clip_dual_fraction=float(masked_sum(terms.clip_dual.float(), mask)) / n,
+            ratio_mean=float(masked_sum(terms.ratio.detach(), mask)) / n,
             num_tokens=n,
         )
