@@ -87,7 +87,7 @@ def test_sweep_layout_failures_report_and_relaunch(tmp_path):
     assert len(rows) == 6
     assert sum("| finished |" in r for r in rows) == 3
     assert sum("| incomplete |" in r for r in rows) == 1 and "| 2/3 |" in next(r for r in rows if "incomplete" in r)
-    assert sum("failed: ConfigError: invalid configuration: - algo.group_size" in r for r in rows) == 2
+    assert sum("failed: ConfigError: invalid configuration: algo.group_size" in r for r in rows) == 2
     records = json.loads((sweep / "report" / "runs.json").read_text())
     assert {r["status"] for r in records} == {"finished", "failed", "incomplete"}
     for png in ("reward_curves.png", "accuracy_vs_algo_beta.png"):
