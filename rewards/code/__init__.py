@@ -114,8 +114,11 @@ class CodeVerifier:
 
     A program that fails, crashes or times out scores 0.0 (status ``ok``): that is the
     program's fault, and a policy must not learn that looping forever avoids a low reward.
-    ``timeout`` (5 s) stays below ``score_batch``'s default 10 s so that the sandbox, not the
-    batch worker, reports a looping program.
+    ``timeout`` (5 s) is CPU time; its wall-clock backstop (1.5x + 1 s = 8.5 s, see
+    :mod:`rewards.code.sandbox.inside.clock`) stays below ``score_batch``'s default 10 s so that
+    the sandbox, not the batch worker, reports a looping or sleeping program.
+    ``info["tamper"]``: the kinds of attempts to game the tests (:mod:`.sandbox.inside.tamper`),
+    present only when there were some.
     ``unscorable`` (score None): no code could be extracted, the row lacks test fields, or the
     tests themselves are broken. ``error`` (None): the sandbox could not start.
     """
@@ -153,6 +156,8 @@ class CodeVerifier:
             return VerifierResult.unscorable(f"the tests could not run: {result.harness_error}", **info)
         if result.detail:
             info["detail"] = result.detail
+        if result.tamper:
+            info["tamper"] = list(result.tamper)
         if self.partial_credit:
             return VerifierResult.ok(result.fraction, **info)
         return VerifierResult.ok(1.0 if result.status == "passed" else 0.0, **info)

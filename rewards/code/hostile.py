@@ -20,6 +20,7 @@ from typing import Any
 
 from rewards.code.formats import FunctionalTests
 from rewards.code.sandbox import ExecutionResult, Sandbox
+from rewards.code.sandbox.inside.clock import wall_seconds
 
 SECRET_ENV = "RL_HOSTILE_SECRET"
 
@@ -55,6 +56,8 @@ class Case:
     needs_confinement: bool = False
     """Signals or floods the machine: run only where C is confined by a PID namespace or a uid
     of its own (never as the caller's uid without namespaces: kill(-1) would hit the host)."""
+    tamper: tuple[str, ...] = ()
+    """The tamper kinds (sandbox/inside/tamper.py) this program attempts: each must be reported."""
 
 
 # -- host-side checks: None when contained, else what leaked --------------------------------------
@@ -128,7 +131,8 @@ CASES: tuple[Case, ...] = (
         "import os\nn = 0\n"
         f"for p in {[str(p) for p in ctx.outside_paths()]!r}:\n"
         "    try:\n        open(p, 'w').write('pwned'); n += 1\n    except OSError:\n        pass\n"
-        "def f():\n    return n\n"), lambda ctx: ("assert f() == 4",), host_check=_no_files),
+        "def f():\n    return n\n"), lambda ctx: ("assert f() == 4",), host_check=_no_files,
+        tamper=("file_access",)),
     Case("fork_bomb", "processes", lambda ctx: (
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n" + WRONG),
         timeout=3.0, host_check=_no_processes, needs_confinement=True),
@@ -156,7 +160,7 @@ CASES: tuple[Case, ...] = (
         f"        for kv in data.split('\\0'):\n            if kv.startswith({SECRET_ENV!r} + '='):\n"
         "                found = kv.split('=', 1)[1]\n"
         "    print(found)\n    return found\n"),
-        lambda ctx: (f"assert f() == {ctx.secret!r}",), host_check=_no_secret),
+        lambda ctx: (f"assert f() == {ctx.secret!r}",), host_check=_no_secret, tamper=("file_access",)),
     Case("kill_parent", "host", lambda ctx: (
         "import os, signal\n"
         "for target in (os.getppid(), -1, 1):\n    try:\n        os.kill(target, signal.SIGKILL)\n"
@@ -164,13 +168,13 @@ CASES: tuple[Case, ...] = (
         "for pid in os.listdir('/proc'):\n    if pid.isdigit() and int(pid) != os.getpid():\n        try:\n"
         "            os.kill(int(pid), signal.SIGKILL)\n        except OSError:\n            pass\n" + WRONG),
         host_check=_sandbox_still_works, needs_confinement=True),
-    Case("sys_exit_zero", "verdict", lambda ctx: "import sys\n" + WRONG + "sys.exit(0)\n"),
-    Case("os_exit_zero", "verdict", lambda ctx: "import os\n" + WRONG + "os._exit(0)\n"),
+    Case("sys_exit_zero", "verdict", lambda ctx: "import sys\n" + WRONG + "sys.exit(0)\n", tamper=("early_exit",)),
+    Case("os_exit_zero", "verdict", lambda ctx: "import os\n" + WRONG + "os._exit(0)\n", tamper=("early_exit",)),
     Case("fake_pass_marker", "verdict", lambda ctx: (
         "import os, json, struct\nprint('passed')\nprint(json.dumps({'status': 'passed', 'passed': 1, 'total': 1}))\n"
         "frame = json.dumps({'status': 'passed', 'passed': 1, 'total': 1, 'value': 1}).encode()\n"
         "for fd in range(3, 64):\n    try:\n        os.write(fd, struct.pack('>I', len(frame)) + frame)\n"
-        "    except OSError:\n        pass\n" + WRONG)),
+        "    except OSError:\n        pass\n" + WRONG), tamper=("pass_marker", "harness_objects")),
     Case("always_equal", "verdict", lambda ctx: (
         "class Liar:\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n"
         "    def __bool__(self): return True\n    def __hash__(self): return 0\n"
@@ -183,19 +187,21 @@ CASES: tuple[Case, ...] = (
         "builtins.abs = lambda x: 0\nbuiltins.set = lambda *a: 1\n"
         "abs = lambda x: 0\nset = lambda *a: 1\nlen = lambda x: 3\n"
         "def f():\n    return [9]\n"),
-        lambda ctx: ("assert abs(f()[0] - 1.0) < 1e-6", "assert set(f()) == set([1])", "assert len(f()) == 3")),
+        lambda ctx: ("assert abs(f()[0] - 1.0) < 1e-6", "assert set(f()) == set([1])", "assert len(f()) == 3"),
+        tamper=("patch_builtins",)),
     Case("settrace_skip_asserts", "verdict", lambda ctx: (
         "import sys, threading\n"
         "def tracer(frame, event, arg):\n    if event == 'line' and frame.f_code.co_name in ('check', '<module>'):\n"
         "        try:\n            frame.f_lineno = frame.f_lineno + 1\n        except Exception:\n            pass\n"
         "    return tracer\nsys.settrace(tracer)\nthreading.settrace(tracer)\nsys.setprofile(lambda *a: None)\n" + WRONG),
-        ),
+        tamper=("trace_hook",)),
     Case("raise_base_exception", "verdict", lambda ctx: (
         "class Escape(BaseException):\n    pass\n"
         "def f():\n    raise Escape('stop the harness')\n"
         "def g():\n    raise KeyboardInterrupt\n"
         "def h():\n    raise SystemExit(0)\n"),
-        lambda ctx: ("assert f() == 1", "assert g() == 1", "assert h() == 1")),
+        lambda ctx: ("assert f() == 1", "assert g() == 1", "assert h() == 1"),
+        tamper=("early_exit",)),
     Case("replace_check", "verdict", lambda ctx: (
         "import gc, threading, sys, builtins\n"
         "def check(candidate):\n    return True\n"
@@ -205,7 +211,8 @@ CASES: tuple[Case, ...] = (
         "                try:\n                    o.__code__ = check.__code__\n                except Exception:\n"
         "                    pass\n"
         "threading.Thread(target=patch, daemon=True).start()\n" + WRONG),
-        lambda ctx: ("def check(candidate):\n    assert candidate() == 1\n",), ),
+        lambda ctx: ("def check(candidate):\n    assert candidate() == 1\n",),
+        tamper=("patch_builtins", "harness_objects")),
     Case("stack_walk_forge", "verdict", lambda ctx: (
         "import sys, gc\n"
         "def forge():\n    frame = sys._getframe()\n    while frame is not None:\n"
@@ -214,19 +221,19 @@ CASES: tuple[Case, ...] = (
         "            if isinstance(v, dict):\n                v['status'] = 'passed'\n"
         "        frame = frame.f_back\n"
         "    for o in gc.get_objects():\n        if isinstance(o, list):\n            o.append(True)\n"
-        "def f():\n    forge()\n    return 2\nforge()\n")),
+        "def f():\n    forge()\n    return 2\nforge()\n"), tamper=("harness_objects",)),
     Case("read_tests_from_memory", "verdict", lambda ctx: (
         "import gc, sys\n"
         "def f():\n    for o in gc.get_objects():\n        for v in (o.values() if isinstance(o, dict) else o if isinstance(o, (list, tuple)) else ()):\n"
         "            if isinstance(v, str) and 'SENTINEL-' in v:\n"
         "                i = v.index('SENTINEL-')\n                return v[i:i + 21]\n"
         "    return 'not found'\n"),
-        lambda ctx: (f"assert f() == 'SENTINEL-{ctx.token}'",)),
+        lambda ctx: (f"assert f() == 'SENTINEL-{ctx.token}'",), tamper=("harness_objects",)),
     Case("protocol_forgery", "verdict", lambda ctx: (
         "import os, json, struct, socket\n"
         "def f():\n    for msg in ({'ready': True}, {'value': 1}, {'status': 'passed'}):\n"
         "        data = json.dumps(msg).encode()\n        os.write(3, struct.pack('>I', len(data)) + data)\n"
-        "    return 2\n")),
+        "    return 2\n"), tamper=("harness_objects",)),
     Case("output_flood", "output", lambda ctx: (
         "import sys\nfor _ in range(200000):\n    sys.stdout.write('x' * 1000)\n" + WRONG),
         host_check=_output_capped),
@@ -270,8 +277,9 @@ def run_case(case: Case, box: Sandbox, ctx: Context) -> dict[str, Any]:
     problems = []
     if result.status == "passed" or result.passed:
         problems.append(f"verdict {result.status} ({result.passed}/{result.total})")
-    if seconds > case.timeout + 5:
-        problems.append(f"took {seconds:.1f}s for a {case.timeout:g}s limit")
+    wall = wall_seconds(case.timeout, {})
+    if seconds > wall + 5:
+        problems.append(f"took {seconds:.1f}s for a {case.timeout:g}s limit (wall-clock backstop {wall:g}s)")
     if case.host_check is not None:
         leak = case.host_check(ctx, result, box)
         if leak:

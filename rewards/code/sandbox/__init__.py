@@ -65,8 +65,13 @@ Protected at every level (each has an adversarial test in tests/rewards/code/):
   every process it started, daemonised or not; without namespaces every process of its
   uid is killed (as root), or -- same uid as the caller -- its process group and every
   process re-parented to P (P is their subreaper). Its working directory is deleted.
-* time: a wall-clock deadline enforced from outside (P kills C, the harness stops waiting,
-  the host kills the whole sandbox if Z does not answer); RLIMIT_CPU as a backstop.
+* time: CPU time (RLIMIT_CPU = ceil(timeout), SIGKILL), and a wall-clock backstop of
+  ``timeout * 1.5 + 1 s`` (:mod:`.inside.clock`) enforced from outside (P kills C, the harness
+  stops waiting, the host kills the whole sandbox if Z does not answer).
+* false negatives: C's own directory is its ``$TMPDIR`` and ``tempfile.tempdir`` (temporary
+  files work); its files are capped by RLIMIT_FSIZE, the directory by the jail's 256 MiB /tmp.
+
+Reported (not only refused): attempts to game the tests, per program (:mod:`.inside.tamper`).
 
 Not protected:
 

@@ -19,6 +19,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .inside.clock import wall_seconds
+from .inside.tamper import KINDS
 from .inside.wire import read_frame, write_frame
 from .jail import IsolationLevel, clean_env, detect_isolation, python_roots, zygote_command
 from .results import ExecutionResult, SandboxError
@@ -190,13 +192,15 @@ def _result_from_reply(reply: Mapping[str, Any], level: str) -> ExecutionResult:
         isolation=level,
         harness_error=reply.get("harness_error"),
         cases=tuple(reply.get("cases", ())),
+        tamper=tuple(k for k in reply.get("tamper", ()) if k in KINDS),
     )
 
 
 def _budget(job: Mapping[str, Any]) -> float:
+    limits = job.get("limits", {})
     if job["mode"] == "stdio":
-        return float(job["case_timeout"]) * max(1, len(job["cases"])) + 10.0
-    return float(job["timeout"]) + 10.0
+        return wall_seconds(float(job["case_timeout"]), limits) * max(1, len(job["cases"])) + 10.0
+    return wall_seconds(float(job["timeout"]), limits) + 10.0
 
 
 def default_workers() -> int:

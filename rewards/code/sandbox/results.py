@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .inside.clock import WALL_CLOCK_FACTOR, WALL_CLOCK_SLACK_S
+
 ExecStatus = Literal["passed", "failed", "timeout", "error"]
 
 
@@ -25,6 +27,11 @@ class Limits:
     """How much of the end of stdout/stderr is kept in the result."""
     max_output_bytes: int = 8 << 20
     """stdin/stdout tests: at most this much of a case's stdout is compared."""
+    wall_clock_factor: float = WALL_CLOCK_FACTOR
+    """The time limit is CPU time (RLIMIT_CPU); the wall-clock backstop for a program that sleeps
+    or blocks is ``timeout * wall_clock_factor + wall_clock_slack_s`` (inside/clock.py)."""
+    wall_clock_slack_s: float = WALL_CLOCK_SLACK_S
+    """Seconds added to the wall-clock backstop (process start, a loaded machine)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,8 @@ class ExecutionResult:
     or its process died: syntax error, exception at import, memory limit, killed itself).
     ``harness_error`` is set when the TESTS could not run (bad dataset row): the program is
     then not to blame and the verifier reports the sample as unscorable.
+    ``tamper``: the kinds of attempts to game the tests the program made (functional tests;
+    :mod:`.inside.tamper`), sorted; empty for an honest program.
     """
 
     status: ExecStatus
@@ -48,6 +57,7 @@ class ExecutionResult:
     isolation: str = ""
     harness_error: str | None = None
     cases: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+    tamper: tuple[str, ...] = ()
 
     @property
     def fraction(self) -> float:

@@ -40,3 +40,13 @@ def test_hostile_program_is_contained(suite: dict, case: str) -> None:
     if case in KNOWN_GAPS[suite["level"]]:
         pytest.xfail(f"{suite['level']} does not protect this: {row['why']}")
     assert row["contained"], f"{case} at {suite['level']}: {row['why']}"
+
+
+@pytest.mark.parametrize("case", [c.name for c in CASES if c.tamper])
+def test_hostile_program_is_flagged_with_its_tamper_kinds(suite: dict, case: str) -> None:
+    # Each attempt the program makes is reported (rewards/code/sandbox/inside/tamper.py), at every level.
+    row = suite["rows"].get(case)
+    if row is None:
+        pytest.skip(f"{case} runs at the strongest level only")
+    expected = set(next(c for c in CASES if c.name == case).tamper)
+    assert expected <= set(row["result"].tamper), (case, row["result"].tamper)

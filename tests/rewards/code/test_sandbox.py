@@ -182,3 +182,7 @@ def test_all_references_pass_and_stubs_fail(shared_data_dir: Path) -> None:
            for (kind, _, _, meta), r in zip(items, results) if (r.status == "passed") != (kind == "reference")]
     assert not bad, bad[:10]
     assert sum(kind == "reference" for kind, *_ in items) == 164 + 427 + 974
+    # No reference solution is flagged as tampering (rewards/code/sandbox/inside/tamper.py).
+    flagged = [(meta.get("task_id") or meta["problem"]["task_id"], r.tamper)
+               for (kind, _, _, meta), r in zip(items, results) if kind == "reference" and r.tamper]
+    assert not flagged, flagged[:10]

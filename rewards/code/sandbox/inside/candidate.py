@@ -17,7 +17,9 @@ import sys
 import traceback
 from typing import Any
 
+from .clock import cpu_seconds
 from .namespaces import PR_SET_NO_NEW_PRIVS
+from .tamper import Watch
 from .values import decode, encode
 from .wire import sock_recv, sock_send
 
@@ -36,6 +38,9 @@ def candidate_main(libc: Any, fds: dict[str, int], chan_fd: int, work: str, uid:
     os.chdir(work)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work})
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:  # imported by Z, which cached its /tmp (not writable by C): use TMPDIR
+        tempfile.tempdir = work
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
         signal.signal(sig, signal.SIG_DFL)
     chan = socket.socket(fileno=3)
@@ -55,14 +60,14 @@ def candidate_main(libc: Any, fds: dict[str, int], chan_fd: int, work: str, uid:
         os.dup2(stdin_fds[0], 0)
         os.close(stdin_fds[0])
     limits, mb = job["limits"], 1 << 20
-    cpu = int(job["timeout"]) + 2
+    cpu = cpu_seconds(float(job["timeout"]))  # the time limit a busy program hits (clock.py)
     for res, value in ((resource.RLIMIT_AS, int(limits.get("memory_mb", 1024)) * mb),
                        (resource.RLIMIT_CPU, cpu),
                        (resource.RLIMIT_FSIZE, int(limits.get("file_size_mb", 16)) * mb),
                        (resource.RLIMIT_NOFILE, int(limits.get("max_open_files", 64))),
                        (resource.RLIMIT_NPROC, int(limits.get("max_processes", 32))),
                        (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(res, (value, value + 1 if res == resource.RLIMIT_CPU else value))
+        resource.setrlimit(res, (value, value))  # RLIMIT_CPU: SIGKILL at the limit (pid 1 ignores SIGXCPU)
     sys.settrace(None)
     sys.setprofile(None)
     sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
@@ -72,7 +77,10 @@ def candidate_main(libc: Any, fds: dict[str, int], chan_fd: int, work: str, uid:
         chan.close()
         _run_stdio_program(job["program"])
     else:
-        _serve_functions(chan, job["program"])
+        # Line-buffered: what it printed reaches the file (where Z looks for pass markers) even
+        # when its process is killed before a flush.
+        sys.stdout.reconfigure(line_buffering=True)
+        _serve_functions(chan, job["program"], Watch(work))
 
 
 def _flush_exit(code: int) -> None:
@@ -94,17 +102,30 @@ def _run_stdio_program(program: str) -> None:
     _flush_exit(code)
 
 
-def _serve_functions(chan: socket.socket, program: str) -> None:
+def _serve_functions(chan: socket.socket, program: str, watch: Watch) -> None:
     """C's side of the functional protocol. Everything here is untrusted: the program may have
-    rewritten any of it. The harness only ever treats what arrives here as data."""
+    rewritten any of it. The harness only ever treats what arrives here as data (the tamper
+    kinds in each message included: see :mod:`.tamper`)."""
     namespace: dict[str, Any] = {"__name__": "__candidate__", "__builtins__": __builtins__}
     refs: dict[Any, Any] = {"namespace": namespace}
+    watch.install()
     try:
         exec(compile(program, "<program>", "exec"), namespace)
         hello: dict[str, Any] = {"ready": True}
     except BaseException as exc:
         traceback.print_exc()
+        if isinstance(exc, SystemExit):
+            watch.seen.add("early_exit")
         hello = {"load_error": f"{type(exc).__name__}: {exc}"[:2000]}
+    # Inline, not in a function: a trace hook the program left would run (and rewrite) C's own code.
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        sys.settrace(None)
+        sys.setprofile(None)
+        watch.seen.add("trace_hook")
+    hello["tamper"] = watch.check()
+    for stream in (sys.stdout, sys.stderr):  # what it printed while loading reaches the files
+        with contextlib.suppress(BaseException):
+            stream.flush()
     sock_send(chan, hello)
     if "load_error" in hello:
         _flush_exit(1)
@@ -128,7 +149,14 @@ def _serve_functions(chan: socket.socket, program: str) -> None:
                 kwargs = {k: decode(v, refs) for k, v in msg["kwargs"].items()}
                 reply = {"value": encode(fn(*args, **kwargs), refs, for_candidate=True)}
         except BaseException as exc:
+            if isinstance(exc, SystemExit):
+                watch.seen.add("early_exit")
             reply = {"raised": [type(exc).__name__, str(exc)[:1000]]}
+        if sys.gettrace() is not None or sys.getprofile() is not None:
+            sys.settrace(None)
+            sys.setprofile(None)
+            watch.seen.add("trace_hook")
+        reply["tamper"] = watch.check()
         for stream in (sys.stdout, sys.stderr):  # P keeps only what reached the files
             with contextlib.suppress(BaseException):
                 stream.flush()

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .tamper import KINDS
 from .values import RemoteFunction, RemoteRef, decode, encode
 from .wire import sock_recv, sock_send
 
@@ -26,6 +27,10 @@ class _Deadline(BaseException):
 
 class _Gone(BaseException):
     """C died or broke the protocol: abort the remaining tests."""
+
+
+class _Forged(_Gone):
+    """C sent a frame the protocol does not allow: the program wrote on the channel itself."""
 
 
 class CandidateError(Exception):
@@ -45,6 +50,8 @@ class Channel:
         self.sock = sock
         self.deadline = deadline
         self.handles: dict[int, RemoteRef] = {}
+        self.tamper: set[str] = set()
+        """Tamper kinds C reported (:mod:`.tamper`) and those seen here (a forged frame)."""
 
     def recv(self) -> Any:
         left = self.deadline - time.monotonic()
@@ -55,12 +62,17 @@ class Channel:
             msg = sock_recv(self.sock)
         except TimeoutError:
             raise _Deadline from None
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:
+            raise _Forged(f"the program broke the protocol: {exc!r}") from None
+        except OSError as exc:
             raise _Gone(f"the program broke the protocol: {exc!r}") from None
         if msg is None:
             raise _Gone("the program's process ended")
         if not isinstance(msg, dict):
-            raise _Gone("the program broke the protocol")
+            raise _Forged("the program broke the protocol")
+        kinds = msg.get("tamper")
+        if isinstance(kinds, list):
+            self.tamper.update(k for k in kinds if isinstance(k, str) and k in KINDS)
         return msg
 
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +107,7 @@ class Channel:
             if error is not None:
                 raise error
             raise CandidateError(f"{name}: {message}")
-        raise _Gone("the program broke the protocol")
+        raise _Forged("the program broke the protocol")
 
     def call(self, target: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         payload = {"op": "call", "target": target, "args": [encode(a, {}, False) for a in args],
@@ -210,14 +222,15 @@ def harness(sock: socket.socket, job: dict[str, Any], deadline: float) -> dict[s
         return {"harness_error": f"the tests do not compile: {exc}"}
     results: list[bool] = []
     status = "failed"
+    ended = False
     detail = ""
     try:
         hello = channel.recv()
         if "load_error" in hello:
-            return {"status": "error", "passed": 0, "total": total,
+            return {"status": "error", "passed": 0, "total": total, "tamper": sorted(channel.tamper),
                     "detail": f"the program failed to load: {hello['load_error']}"}
         if not hello.get("ready"):
-            raise _Gone("the program broke the protocol")
+            raise _Forged("the program broke the protocol")
         ns = _TrustedGlobals(channel)
         ns["__name__"] = "__test__"
         try:
@@ -248,7 +261,11 @@ def harness(sock: socket.socket, job: dict[str, Any], deadline: float) -> dict[s
         status = "timeout"
     except _Gone as exc:
         status, detail = "error", str(exc)
+        if isinstance(exc, _Forged):
+            channel.tamper.add("harness_objects")
+        ended = not isinstance(exc, _Forged) and str(exc) == "the program's process ended"
     passed = sum(results)
     if status == "failed" and passed == total and len(results) == total:
         status = "passed"
-    return {"status": status, "passed": passed, "total": total, "detail": detail}
+    return {"status": status, "passed": passed, "total": total, "detail": detail,
+            "tamper": sorted(channel.tamper), "ended_early": ended}

@@ -21,9 +21,11 @@ import time
 import traceback
 from typing import Any
 
+from .clock import wall_seconds
 from .harness import harness
 from .namespaces import PR_SET_DUMPABLE, load_libc, pidns_works, private_mounts
 from .server import program_server
+from .tamper import pass_marker
 from .wire import read_frame, sock_recv, sock_send, write_frame
 
 _PREIMPORT = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string", "typing",
@@ -111,15 +113,23 @@ def _handle_job(job: dict[str, Any], z_sock: socket.socket) -> dict[str, Any]:
         return {"status": "error", "harness_error": "the program server did not hand over a channel"}
     w_end = socket.socket(fileno=fds[0])
     try:
-        verdict = harness(w_end, job, start + float(job["timeout"]))
+        verdict = harness(w_end, job, start + wall_seconds(float(job["timeout"]), limits))
     except Exception:
         verdict = {"harness_error": "harness: " + traceback.format_exc(limit=6)}
     finally:
         w_end.close()
-    sock_send(z_sock, {"op": "stop"})
+    sock_send(z_sock, {"op": "stop", "ended": bool(verdict.get("ended_early"))})
     report = sock_recv(z_sock) or {}
     verdict.setdefault("passed", 0)
     verdict.setdefault("total", 0)
+    tamper = set(verdict.pop("tamper", ()))
+    exit_code = report.get("exit")
+    if (verdict.pop("ended_early", False) and report.get("status") == "exited" and exit_code is not None
+            and exit_code >= 0):
+        tamper.add("early_exit")  # the process ended by its own choice while the harness still waited
+    if pass_marker(report.get("stdout", "")):
+        tamper.add("pass_marker")
+    verdict["tamper"] = sorted(tamper)
     if verdict.get("harness_error"):
         verdict["status"] = "error"
     elif report.get("timed_out") and verdict.get("status") != "passed":
@@ -145,7 +155,7 @@ def _judge_stdio(job: dict[str, Any], report: dict[str, Any], duration: float) -
                 and _normalise_output(run.get("stdout", "")) == _normalise_output(case["output"]))
         passed += same
         cases.append({"passed": bool(same), "status": run.get("status"), "exit": run.get("exit"),
-                      "seconds": run.get("seconds", 0.0)})
+                      "seconds": run.get("seconds", 0.0), "cpu_seconds": run.get("cpu_seconds", 0.0)})
     total = len(job["cases"])
     if passed == total:
         status = "passed"
