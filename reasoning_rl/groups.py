@@ -34,6 +34,9 @@ class ScoredGroups:
     verifier_failures: dict[str, int]
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall seconds of the phases that produced these samples: ``generate`` and ``reward``."""
+    tamper_kinds: tuple[str, ...] = ()
+    """Tamper kinds the reward's verifiers report (a verifier's ``tamper_kinds``: the code
+    verifier's sandbox); each is logged as ``reward/tamper/<kind>``, zero included."""
 
     @property
     def group_size(self) -> int:
@@ -62,7 +65,21 @@ def sample_and_score(ctx: RunContext, examples: list[Example], n: int, seed: int
         "unscorable": sum(b.num_unscorable for b in scored.components.values()),
     }
     seconds = {"generate": t1 - t0, "reward": time.perf_counter() - t1}
-    return ScoredGroups(examples, completions, rewards, scored.components, failures, seconds)
+    return ScoredGroups(examples, completions, rewards, scored.components, failures, seconds,
+                        tamper_kinds(ctx.reward.verifiers.values()))
+
+
+def tamper_kinds(verifiers: Any) -> tuple[str, ...]:
+    """The tamper kinds any of ``verifiers`` reports (their ``tamper_kinds`` attribute), in order."""
+    kinds: list[str] = []
+    for verifier in verifiers:
+        kinds += [k for k in getattr(verifier, "tamper_kinds", ()) if k not in kinds]
+    return tuple(kinds)
+
+
+def _tampered(ro: ScoredGroups, i: int) -> list[str]:
+    """The tamper kinds any component's verifier reported for completion ``i``, sorted."""
+    return sorted({k for b in ro.components.values() for k in b.results[i].info.get("tamper", ())})
 
 
 def rollout_metrics(ro: ScoredGroups, accuracy_component: str) -> dict[str, float]:
@@ -87,6 +104,10 @@ def rollout_metrics(ro: ScoredGroups, accuracy_component: str) -> dict[str, floa
     for key, scores in ro.component_scores.items():
         vals = [s for s in scores if s is not None]
         out[f"reward/{key}"] = sum(vals) / len(vals) if vals else math.nan
+    if ro.tamper_kinds:
+        flagged = [_tampered(ro, i) for i in range(len(ro.completions))]
+        for kind in ro.tamper_kinds:
+            out[f"reward/tamper/{kind}"] = sum(kind in kinds for kinds in flagged)
     return out
 
 
@@ -105,6 +126,7 @@ def completion_rows(ro: ScoredGroups, advantages: torch.Tensor | None = None) ->
             "scores": {k: b.results[i].score for k, b in ro.components.items()},
             "verifier_info": {k: dict(b.results[i].info) for k, b in ro.components.items()},
             "finish_reason": c.finish_reason, "num_tokens": c.num_tokens,
+            **({"tamper": _tampered(ro, i)} if ro.tamper_kinds else {}),
         })
     return rows
 
@@ -137,4 +159,4 @@ def select_groups(parts: list[ScoredGroups], keep: list[tuple[int, int]]) -> Sco
     }
     failures = {k: sum(pt.verifier_failures[k] for pt in parts) for k in parts[0].verifier_failures}
     seconds = {k: sum(pt.seconds.get(k, 0.0) for pt in parts) for k in parts[0].seconds}
-    return ScoredGroups(examples, completions, rewards, components, failures, seconds)
+    return ScoredGroups(examples, completions, rewards, components, failures, seconds, parts[0].tamper_kinds)

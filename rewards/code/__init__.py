@@ -16,6 +16,7 @@ docstring for what is and is not isolated). Dataset fields -> test formats: :mod
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,7 @@ from rewards.code.sandbox import (
     default_workers,
     detect_isolation,
 )
+from rewards.code.sandbox.inside.tamper import KINDS as TAMPER_KINDS
 from rewards.registry import register_verifier
 from rewards.types import VerifierResult
 
@@ -118,16 +120,25 @@ class CodeVerifier:
     :mod:`rewards.code.sandbox.inside.clock`) stays below ``score_batch``'s default 10 s so that
     the sandbox, not the batch worker, reports a looping or sleeping program.
     ``info["tamper"]``: the kinds of attempts to game the tests (:mod:`.sandbox.inside.tamper`),
-    present only when there were some.
+    present only when there were some; ``tamper_penalty`` (default None: off) is then the score,
+    whatever the tests said (e.g. 0.0, or -1.0 to push the policy away from the attempt).
+    """
+
+    tamper_kinds: tuple[str, ...] = TAMPER_KINDS
+    """The tamper kinds this verifier reports: logged as ``reward/tamper/<kind>`` in training.
     ``unscorable`` (score None): no code could be extracted, the row lacks test fields, or the
     tests themselves are broken. ``error`` (None): the sandbox could not start.
     """
 
     def __init__(self, extract: ExtractMode = "auto", partial_credit: bool = False, timeout: float = 5.0,
                  case_timeout: float = 2.0, memory_mb: int = 1024, isolation: str | None = None,
-                 include_challenge_tests: bool = False) -> None:
+                 include_challenge_tests: bool = False, tamper_penalty: float | None = None) -> None:
         if extract not in EXTRACT_MODES:
             raise ValueError(f"unknown extraction mode {extract!r}; choose one of {EXTRACT_MODES}")
+        if tamper_penalty is not None and not (isinstance(tamper_penalty, (int, float))
+                                               and math.isfinite(tamper_penalty)):
+            raise ValueError(f"tamper_penalty must be a finite number or null, got {tamper_penalty!r}")
+        self.tamper_penalty = tamper_penalty
         self.extract = extract
         self.partial_credit = partial_credit
         self.timeout = timeout
@@ -158,6 +169,8 @@ class CodeVerifier:
             info["detail"] = result.detail
         if result.tamper:
             info["tamper"] = list(result.tamper)
+            if self.tamper_penalty is not None:  # the attempt itself is punished, whatever the tests said
+                return VerifierResult.ok(float(self.tamper_penalty), **info, tamper_penalised=True)
         if self.partial_credit:
             return VerifierResult.ok(result.fraction, **info)
         return VerifierResult.ok(1.0 if result.status == "passed" else 0.0, **info)

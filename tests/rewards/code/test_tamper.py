@@ -118,3 +118,14 @@ def test_no_tamper_flag_on_a_sample_of_reference_solutions(shared_data_dir: Path
     results = run_tests_batch([p for p, _, _ in items], [t for _, t, _ in items], 30.0)
     assert [r.status for r in results] == ["passed"] * len(items)
     assert [r.tamper for r in results if r.tamper] == []
+
+
+def test_tamper_penalty_replaces_the_score_of_a_flagged_program() -> None:
+    # The program passes its test (add is right) but prints a fake report: penalised to -1.
+    program = "def add(a, b):\n    return a + b\nprint('All tests passed')\n"
+    verifier = rewards.get_verifier("code", tamper_penalty=-1.0)
+    result = verifier(program, None, test_list=["assert add(1, 2) == 3"])
+    assert (result.score, result.info["status"], result.info["tamper"]) == (-1.0, "passed", ["pass_marker"])
+    assert verifier("def add(a, b):\n    return a + b\n", None, test_list=["assert add(1, 2) == 3"]).score == 1.0
+    with pytest.raises(ValueError, match="tamper_penalty"):
+        rewards.get_verifier("code", tamper_penalty=float("nan"))

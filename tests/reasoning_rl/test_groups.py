@@ -1,0 +1,51 @@
+"""Step metrics and completion rows built from scored groups: the tamper counts of the code sandbox."""
+
+from __future__ import annotations
+
+import torch
+
+from reasoning_rl.groups import ScoredGroups, completion_rows, rollout_metrics, select_groups, tamper_kinds
+from reasoning_rl.rollout import Completion
+from reasoning_rl.tasks import Example
+from rewards.batch import BatchScores
+from rewards.code import CodeVerifier
+from rewards.code.sandbox.inside.tamper import KINDS
+from rewards.types import VerifierResult
+from tests.reasoning_rl.documented_metrics import undocumented
+
+
+def _groups() -> ScoredGroups:
+    # 2 prompts x 2 completions; completion 1 exited early, completion 3 patched builtins AND exited.
+    infos = [{}, {"tamper": ["early_exit"]}, {}, {"tamper": ["early_exit", "patch_builtins"]}]
+    results = [VerifierResult.ok(s, **info) for s, info in zip([1.0, 0.0, 1.0, 0.0], infos)]
+    batch = BatchScores(results=results, num_timeouts=0, num_errors=0, num_unscorable=0, seconds=0.1)
+    examples = [Example(id=f"e{i}", prompt="p", reference=None, fields={}) for i in range(2)]
+    completions = [Completion(text=f"c{i}", token_ids=[1, 2], finish_reason="stop") for i in range(4)]
+    rewards = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    return ScoredGroups(examples, completions, rewards, {"code": batch}, {"timeouts": 0, "errors": 0, "unscorable": 0},
+                        {}, tamper_kinds([CodeVerifier()]))
+
+
+def test_tamper_counts_per_kind_zero_included_and_documented() -> None:
+    metrics = rollout_metrics(_groups(), "code")
+    counts = {k: v for k, v in metrics.items() if k.startswith("reward/tamper/")}
+    # early_exit: completions 1 and 3; patch_builtins: completion 3; every other kind 0.
+    assert counts == {f"reward/tamper/{k}": {"early_exit": 2, "patch_builtins": 1}.get(k, 0) for k in KINDS}
+    assert undocumented(metrics) == []
+
+
+def test_completion_rows_flag_tampering() -> None:
+    rows = completion_rows(_groups())
+    assert [r["tamper"] for r in rows] == [[], ["early_exit"], [], ["early_exit", "patch_builtins"]]
+
+
+def test_no_tamper_metrics_without_a_verifier_that_reports_them() -> None:
+    groups = _groups()
+    groups.tamper_kinds = tamper_kinds([lambda completion, reference: 1.0])
+    assert not any(k.startswith("reward/tamper/") for k in rollout_metrics(groups, "code"))
+    assert "tamper" not in completion_rows(groups)[0]
+
+
+def test_selected_groups_keep_the_kinds() -> None:
+    kept = select_groups([_groups()], [(0, 1)])
+    assert rollout_metrics(kept, "code")["reward/tamper/early_exit"] == 1
