@@ -135,6 +135,9 @@ TRAIN_RANGES: dict[str, Range] = {
     "algo.dual_clip_c": AT_LEAST_0,
     "algo.log_ratio_clamp": AT_LEAST_0,
     "algo.kl_clamp": AT_LEAST_0,
+    "algo.cov_fraction": FRACTION,
+    "algo.kl_cov_coef": AT_LEAST_0,
+    "algo.entropy_top_fraction": SHARE,
     "algo.gamma": FRACTION,
     "algo.lam": FRACTION,
     "algo.value_clip": POSITIVE,
@@ -148,6 +151,8 @@ TRAIN_FREE: dict[str, str] = {
     "trainer.seed": "any integer seeds the random generators",
     "model.tiny.init_seed": "any integer seeds the tiny model's initialisation",
     "task.rewards.weight": "a reward component's weight may be negative (a penalty) or 0 (measured, not rewarded)",
+    "algo.clip_cov_low": "a bound on a covariance, which may be negative (GRPOConfig.problems checks low <= high)",
+    "algo.clip_cov_high": "a bound on a covariance, which may be negative (GRPOConfig.problems checks low <= high)",
 }
 """Numeric settings of ``reasoning-rl-train`` any value of is valid, with the reason."""
 

@@ -32,6 +32,7 @@ from reasoning_rl.algo.advantages import (
     zero_std_fraction,
 )
 from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
+from reasoning_rl.algo.entropy_control import ENTROPY_CONTROLS, EntropyControl, position_deciles
 from reasoning_rl.algo.losses import KL_ESTIMATORS, KL_PLACEMENTS, POLICY_LOSSES, LossNormalizer, grpo_loss
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
@@ -87,6 +88,19 @@ class GRPOConfig(ClippedPolicyConfig):
     kl_placement: str = "loss"
     """loss (differentiated, DeepSeekMath) or reward (detached per-token penalty in the advantage,
     A_t - beta * sum_{s >= t} KL_s; use with kl_estimator=k1). docs/grpo.md, "Where the KL goes"."""
+    entropy_control: str = "none"
+    """Which tokens keep the policy gradient (reasoning_rl.algo.entropy_control): none, clip_cov,
+    kl_cov (arXiv 2505.22617) or high_entropy (the 80/20 rule, arXiv 2506.01939)."""
+    cov_fraction: float = 2e-4
+    """Clip-Cov / KL-Cov: share of a micro-batch's tokens acted on (paper: 2e-4 Clip-Cov, 2e-3 KL-Cov)."""
+    clip_cov_low: float = 1.0
+    """Clip-Cov: lowest covariance (log pi_t - mean)(A_t - mean) of a token it may detach."""
+    clip_cov_high: float = 5.0
+    """Clip-Cov: highest covariance of a token it may detach."""
+    kl_cov_coef: float = 1.0
+    """KL-Cov: weight of |log pi - log pi_old| on its selected tokens."""
+    entropy_top_fraction: float = 0.2
+    """80/20 rule: share of a micro-batch's tokens, highest entropy first, that keep the policy gradient."""
     ref_reset_every: int = 0
     """Iterative GRPO (paper sec. 4.1.3): reset pi_ref to the current policy every N steps (0 = never)."""
     dynamic_sampling: bool = False
@@ -121,12 +135,22 @@ class GRPOConfig(ClippedPolicyConfig):
         elif self.kl_placement == "reward" and self.kl_estimator != "k1":
             out.append(f"algo.kl_placement=reward takes the k1 estimator (a detached log-ratio reward), got "
                        f"algo.kl_estimator={self.kl_estimator}; set algo.kl_estimator=k1")
+        if self.entropy_control not in ENTROPY_CONTROLS:
+            out.append(f"algo.entropy_control={self.entropy_control!r} is unknown; "
+                       f"choose one of {', '.join(ENTROPY_CONTROLS)}")
+        if self.clip_cov_low > self.clip_cov_high:
+            out.append(f"algo.clip_cov_low={self.clip_cov_low} is above algo.clip_cov_high={self.clip_cov_high}: "
+                       f"no token could be picked; swap them")
         if self.advantage == "pass_at_k" and self.pass_k > self.group_size:
             out.append(f"algo.pass_k={self.pass_k} exceeds algo.group_size={self.group_size}: "
                        f"a group has no {self.pass_k}-subsets; lower algo.pass_k or raise algo.group_size")
         if self.ref_reset_every < 0 or self.dynamic_sampling_max_rounds < 0:
             out.append("algo.ref_reset_every and algo.dynamic_sampling_max_rounds must be >= 0")
         return out
+
+
+DECILE_KEYS = tuple(f"entropy/decile_{d}" for d in range(10))
+"""Mean token entropy by position in the completion: decile d holds tokens t with floor(10 t / |o|) = d."""
 
 
 @dataclass(kw_only=True)
@@ -255,7 +279,11 @@ class GRPO(Algorithm):
         # Token means over the mu updates, the micro-batches and the ranks (summed, divided once).
         token_keys = ("kl/mean", "clip/low_fraction", "clip/high_fraction", "ratio/mean")
         token_keys += ("clip/dual_fraction",) if a.dual_clip_c else ()
-        stats = TokenStats((*token_keys, "entropy/mean"))
+        stats = TokenStats((*token_keys, "entropy/mean", *DECILE_KEYS))
+        # Cov(log pi, A) over the step's tokens = E[log pi * A] - E[log pi] E[A], from three token means.
+        cov = TokenStats(("logp", "adv", "logp_adv"))
+        control = EntropyControl(a.entropy_control, a.cov_fraction, a.clip_cov_low, a.clip_cov_high,
+                                 a.kl_cov_coef, a.entropy_top_fraction)
         params = list(model.parameters())
         for _ in range(a.num_iterations):
             t_policy = time.perf_counter()
@@ -275,7 +303,7 @@ class GRPO(Algorithm):
                                 kl_estimator=a.kl_estimator, ratio_level=a.ratio_level,
                                 policy_loss=a.policy_loss, dual_clip_c=a.dual_clip_c,
                                 log_ratio_clamp=a.log_ratio_clamp, kl_clamp=a.kl_clamp,
-                                kl_placement=a.kl_placement)
+                                kl_placement=a.kl_placement, entropy_control=control, entropy=entropy)
                 out.loss.backward()  # micro-batch losses add up to the batch loss: no re-weighting
                 totals["loss"] += float(out.loss.detach())
                 totals["policy"] += out.policy_loss
@@ -285,6 +313,13 @@ class GRPO(Algorithm):
                 for key in token_keys:
                     stats.add_mean(key, means[key], out.num_tokens)  # the micro-batch's mean, weighted by its tokens
                 stats.add("entropy/mean", entropy, mask)
+                deciles = position_deciles(mask)  # [b, L]
+                for d, key in enumerate(DECILE_KEYS):
+                    stats.add(key, entropy, mask.bool() & (deciles == d))
+                adv = ro.advantages[s:e].to(ctx.device).unsqueeze(-1).expand_as(logp)  # [b, L]
+                cov.add("logp", logp, mask)
+                cov.add("adv", adv, mask)
+                cov.add("logp_adv", logp.detach() * adv, mask)
             t_optimizer = time.perf_counter()
             totals["grad_norm"] += clip_and_measure(params, a.max_grad_norm)
             self.optimizer.step()
@@ -292,8 +327,10 @@ class GRPO(Algorithm):
             seconds["policy"] += t_optimizer - t_policy
             seconds["optimizer"] += time.perf_counter() - t_optimizer
         mu = a.num_iterations  # every metric is the mean over the mu updates
+        c = cov.means()  # a collective when data-parallel, like stats.means()
         return {
             "loss/total": totals["loss"] / mu, "loss/policy": totals["policy"] / mu, **stats.means(),
+            "cov/logp_advantage": c["logp_adv"] - c["logp"] * c["adv"],
             "grad/norm": totals["grad_norm"] / mu, "lr": self.scheduler.get_last_lr()[0],
             "time/frozen_logprobs": seconds["logprobs"], "time/policy": seconds["policy"],
             "time/optimizer": seconds["optimizer"],

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from reasoning_rl.algo.entropy_control import EntropyControl
 
 
 def policy_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
@@ -369,6 +373,8 @@ def grpo_loss(
     log_ratio_clamp: float = 0.0,
     kl_clamp: float = 0.0,
     kl_placement: str = "loss",
+    entropy_control: EntropyControl | None = None,
+    entropy: torch.Tensor | None = None,
 ) -> LossOutput:
     """-J(theta) for one micro-batch (see module docstring).
 
@@ -383,6 +389,8 @@ def grpo_loss(
     bounds the per-token KL to [-x, x] (verl: 10 for k3) and ``log_ratio_clamp`` also bounds
     log(pi_ref / pi_theta) inside it (verl: 20). ``kl_placement="reward"`` puts the detached KL
     into the per-token advantage (:func:`kl_in_reward_advantages`) instead of the loss.
+    ``entropy_control`` picks which tokens keep the policy gradient (Clip-Cov, KL-Cov, the 80/20
+    rule: ``reasoning_rl.algo.entropy_control``); ``entropy`` [B, L] is the per-token entropy it reads.
     """
     if kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"unknown KL estimator {kl_estimator!r}; expected one of {sorted(KL_ESTIMATORS)}")
@@ -413,6 +421,11 @@ def grpo_loss(
     options = PolicyOptions(eps_low, eps_high, dual_clip_c, log_ratio_clamp, ratio_level)
     terms = POLICY_LOSSES[policy_loss](logp, old_logp, advantages, mask, options)
     per_token = -terms.objective  # we minimise  # [B, L]
+    if entropy_control is not None and entropy_control.name != "none":
+        from reasoning_rl.algo.entropy_control import ENTROPY_CONTROLS, TokenContext
+
+        ctx = TokenContext(logp, old_logp, token_advantages(advantages, logp), mask, entropy)
+        per_token = ENTROPY_CONTROLS[entropy_control.name](per_token, ctx, entropy_control)
     if kl is not None and kl_placement == "loss":
         per_token = per_token + beta * kl
     loss = aggregate(aggregation, per_token, mask, normalizer)

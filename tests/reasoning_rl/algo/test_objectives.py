@@ -295,7 +295,10 @@ def test_each_estimator_gets_only_the_settings_it_takes():
     {"advantage": "pass_at_k", "pass_k": 2},
     {"advantage": "maxrl"},
     {"kl_placement": "reward", "kl_estimator": "k1"},
-], ids=["cispo", "gmpo", "dual_clip", "nsr", "passk", "maxrl", "kl_in_reward"])
+    {"entropy_control": "clip_cov", "cov_fraction": 0.05, "clip_cov_low": -1e9, "clip_cov_high": 1e9},
+    {"entropy_control": "kl_cov", "cov_fraction": 0.05, "num_iterations": 2},
+    {"entropy_control": "high_entropy"},
+], ids=["cispo", "gmpo", "dual_clip", "nsr", "passk", "maxrl", "kl_in_reward", "clip_cov", "kl_cov", "80_20"])
 def test_each_objective_trains_two_steps_with_documented_finite_metrics(small_cfg, tmp_path, settings):
     from reasoning_rl.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
@@ -317,4 +320,5 @@ def test_each_objective_trains_two_steps_with_documented_finite_metrics(small_cf
         for key in ("loss/total", "loss/policy", "kl/mean", "ratio/mean", "grad/norm"):
             assert math.isfinite(m[key]), key
         assert undocumented(m) == []
+        assert math.isfinite(m["cov/logp_advantage"]) and math.isfinite(m["entropy/decile_0"])
     assert ("clip/dual_fraction" in metrics[0]) == bool(settings.get("dual_clip_c"))

@@ -1,0 +1,136 @@
+"""Which tokens carry the policy gradient: entropy control by covariance and the 80/20 rule.
+
+Cui et al. 2025 ("The Entropy Mechanism of RL for Reasoning Language Models", arXiv 2505.22617)
+show that the policy's entropy falls in proportion to the covariance between a token's
+log-probability and its advantage, and act on the few tokens where that covariance is largest:
+
+    Cov_t = (log pi_t - mean(log pi)) * (A_t - mean(A))           (means over the tokens, detached)
+
+    Clip-Cov: among the tokens with cov_low <= Cov_t <= cov_high, pick ``fraction`` of all tokens
+              at random and detach their policy gradient (paper: fraction 2e-4, bounds 1 and 5)
+    KL-Cov:   on the top ``fraction`` of tokens by Cov_t add  coef * |log pi_t - log pi_old_t|
+              to the loss (paper: fraction 2e-3, coef 1)
+
+Wang et al. 2025 ("Beyond the 80/20 Rule", arXiv 2506.01939) keep the policy gradient on the
+top 20% highest-entropy tokens ("forking tokens") only.
+
+Each is a function ``(per_token_loss, TokenContext, EntropyControl) -> per_token_loss`` in
+:data:`ENTROPY_CONTROLS`, applied to the policy term before the KL is added. The statistics are
+taken over ONE micro-batch's tokens (the paper's implementation does the same on its micro-batch),
+so the selection depends on ``algo.micro_batch_size``; at least one token is selected whenever the
+fraction is > 0. The aggregation's denominators are the batch's, unchanged: with the 80/20 rule the
+gradient is 0.2 x that of a token mean over the kept tokens only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from reasoning_rl.algo.losses import masked_sum
+
+
+@dataclass(frozen=True)
+class EntropyControl:
+    """The settings of the entropy-control functions (``GRPOConfig`` holds them)."""
+
+    name: str = "none"
+    """none, clip_cov, kl_cov or high_entropy (:data:`ENTROPY_CONTROLS`)."""
+    fraction: float = 2e-4
+    """Clip-Cov / KL-Cov: share of the micro-batch's tokens acted on."""
+    cov_low: float = 1.0
+    """Clip-Cov: lower bound of the covariance of a token it may pick."""
+    cov_high: float = 5.0
+    """Clip-Cov: upper bound of the covariance of a token it may pick."""
+    kl_coef: float = 1.0
+    """KL-Cov: weight of |log pi - log pi_old| on the selected tokens."""
+    entropy_top: float = 0.2
+    """80/20 rule: share of tokens (highest entropy first) that keep the policy gradient."""
+
+
+@dataclass(frozen=True)
+class TokenContext:
+    """Per-token tensors the selection reads.  # [B, L] each (advantages [B, 1] or [B, L])"""
+
+    logp: torch.Tensor
+    old_logp: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    entropy: torch.Tensor | None = None
+
+
+def token_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Cov_t = (log pi_t - mean(log pi)) * (A_t - mean(A)), means over the masked tokens; detached,
+    0 on padding. Its token mean is Cov(log pi, A), the quantity entropy falls with.  # [B, L]"""
+    logp = logp.detach()
+    adv = advantages.detach().expand_as(logp)
+    n = mask.sum().clamp(min=1)
+    centred_logp = logp - masked_sum(logp, mask) / n
+    centred_adv = adv - masked_sum(adv, mask) / n
+    return torch.where(mask.bool(), centred_logp * centred_adv, torch.zeros_like(logp))
+
+
+def _count(fraction: float, mask: torch.Tensor) -> int:
+    """round(fraction * tokens), at least 1 when fraction > 0."""
+    return 0 if fraction <= 0 else max(1, round(fraction * float(mask.sum())))
+
+
+def _top(scores: torch.Tensor, eligible: torch.Tensor, count: int) -> torch.Tensor:
+    """bool [B, L]: the ``count`` eligible positions with the largest scores."""
+    flat = torch.where(eligible, scores, torch.full_like(scores, -torch.inf)).flatten()
+    count = min(count, int(eligible.sum()))
+    chosen = torch.zeros_like(flat, dtype=torch.bool)
+    if count > 0:
+        chosen[torch.topk(flat, count).indices] = True
+    return chosen.view_as(scores)
+
+
+def no_control(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyControl) -> torch.Tensor:
+    """Every token keeps its policy gradient (GRPO)."""
+    return per_token
+
+
+def clip_cov(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyControl) -> torch.Tensor:
+    """Clip-Cov: detach the policy gradient of ``fraction`` of the tokens, drawn uniformly from those
+    with cov_low <= Cov_t <= cov_high (torch's global generator, seeded by the run)."""
+    cov = token_covariance(ctx.logp, ctx.advantages, ctx.mask)
+    eligible = ctx.mask.bool() & (cov >= ec.cov_low) & (cov <= ec.cov_high)
+    random_scores = torch.rand(cov.shape, dtype=torch.float64).to(cov.device)
+    chosen = _top(random_scores, eligible, _count(ec.fraction, ctx.mask))
+    return torch.where(chosen, per_token.detach(), per_token)
+
+
+def kl_cov(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyControl) -> torch.Tensor:
+    """KL-Cov: + kl_coef * |log pi - log pi_old| on the top ``fraction`` of tokens by Cov_t."""
+    cov = token_covariance(ctx.logp, ctx.advantages, ctx.mask)
+    chosen = _top(cov, ctx.mask.bool(), _count(ec.fraction, ctx.mask))
+    penalty = ec.kl_coef * (ctx.logp - ctx.old_logp).abs()
+    return torch.where(chosen, per_token + penalty, per_token)
+
+
+def high_entropy_tokens(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyControl) -> torch.Tensor:
+    """The 80/20 rule: only the top ``entropy_top`` share of tokens by entropy keep the policy gradient."""
+    if ctx.entropy is None:
+        raise ValueError("entropy control high_entropy needs the per-token entropy (pass entropy= to grpo_loss)")
+    keep = _top(ctx.entropy.detach(), ctx.mask.bool(), _count(ec.entropy_top, ctx.mask))
+    return torch.where(keep, per_token, per_token.detach())
+
+
+ENTROPY_CONTROLS: dict[str, Callable[[torch.Tensor, TokenContext, EntropyControl], torch.Tensor]] = {
+    "none": no_control,
+    "clip_cov": clip_cov,
+    "kl_cov": kl_cov,
+    "high_entropy": high_entropy_tokens,
+}
+"""``algo.entropy_control`` -> ``(per-token policy loss, TokenContext, EntropyControl) -> per-token loss``."""
+
+
+def position_deciles(mask: torch.Tensor) -> torch.Tensor:
+    """Each token's decile of its completion: floor(10 * t / |o_i|) for t = 0 .. |o_i| - 1; -1 on
+    padding. A 5-token completion's tokens fall in deciles 0, 2, 4, 6, 8.  # [B, L] long"""
+    lengths = mask.sum(-1, keepdim=True).clamp(min=1)  # [B, 1]
+    t = torch.cumsum(mask, -1) - 1  # the token's index within its completion  # [B, L]
+    deciles = torch.div(10 * t, lengths, rounding_mode="floor").long()
+    return torch.where(mask.bool(), deciles, torch.full_like(deciles, -1))
