@@ -8,6 +8,9 @@
 We minimise ``loss = -J``. Shapes: B = sequences in the micro-batch, L = completion
 tokens (padded); ``mask`` is 1 on real completion tokens.
 
+The policy term itself is a table too (:data:`POLICY_LOSSES`: GRPO's clip, optionally dual-clipped,
+CISPO, GMPO), and so is where the KL goes (:data:`KL_PLACEMENTS`: the loss or the reward).
+
 How per-token terms become one scalar is a choice that differs between papers, so
 it is a table (:data:`LOSS_AGGREGATIONS`) too. **Loss normalisation lives here and
 only here**: every aggregation divides by a batch-level denominator
