@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from benchmarks.io import JsonlError, read_jsonl, write_json, write_jsonl
+from benchmarks.io import JsonlError, iter_jsonl, read_jsonl, write_json, write_jsonl
 from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k, reports_answers, vote_answer
 from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem
@@ -132,17 +132,9 @@ def read_samples(path: str | Path, problems: Sequence[Problem]) -> SamplesSource
     if not Path(path).is_file():
         raise SamplesFileNotFound(f"samples file {str(path)!r} does not exist")
     by_task: dict[str, list[str]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SamplesFileError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}): "
-                                       f"{line.strip()[:80]!r}") from None
-            task_id, texts = _sample_texts(path, lineno, rec)
-            by_task.setdefault(task_id, []).extend(texts)
+    for lineno, rec in iter_jsonl(path, SamplesFileError):
+        task_id, texts = _sample_texts(path, lineno, rec)
+        by_task.setdefault(task_id, []).extend(texts)
     if not by_task:
         raise SamplesFileError(f"{path}: holds no samples (write one JSON line per problem: "
                                '{"task_id": ..., "completion": ...})')

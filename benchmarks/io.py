@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +23,20 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records))
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a JSONL file; a bad line is an error naming the file and line number."""
-    records = []
+def iter_jsonl(path: str | Path, error: type[UserError] = JsonlError) -> Iterator[tuple[int, Any]]:
+    """``(line number, record)`` of each non-blank line of a JSONL file; a line that is not JSON
+    raises ``error`` naming the file, the line and the column."""
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                yield lineno, json.loads(line)
             except json.JSONDecodeError as exc:
-                raise JsonlError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}): "
-                                 f"{line.strip()[:80]!r}") from None
-    return records
+                raise error(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}): "
+                            f"{line.strip()[:80]!r}") from None
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a JSONL file; a bad line is an error naming the file and line number."""
+    return [record for _, record in iter_jsonl(path)]
