@@ -285,6 +285,58 @@ def test_each_estimator_gets_only_the_settings_it_takes():
     assert advantage_options("grpo", available) == {"eps": 1e-6, "std": "population"}
 
 
+# -- cross-check: the formulas as verl's core_algos.py states them, on random float64 tensors --------
+
+def _random_batch(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(6, 7, generator=g, dtype=torch.float64) * 3
+    logp = (old + torch.randn(6, 7, generator=g, dtype=torch.float64) * 1.5).requires_grad_(True)  # ratios up to ~e^4
+    ref = old + torch.randn(6, 7, generator=g, dtype=torch.float64) * 8  # log-ratios past verl's clamps
+    adv = torch.randn(6, generator=g, dtype=torch.float64)
+    mask = (torch.arange(7) < torch.tensor([7, 5, 3, 7, 1, 6]).unsqueeze(-1)).double()
+    return logp, old, ref, adv, mask
+
+
+def _token_mean(x, mask):
+    return (x * mask).sum() / mask.sum()
+
+
+def _check(ours, theirs, logp):
+    (g1,) = torch.autograd.grad(ours, logp, retain_graph=True)
+    (g2,) = torch.autograd.grad(theirs, logp)
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-12, abs=1e-12)
+    assert torch.allclose(g1, g2, rtol=1e-10, atol=1e-12)
+
+
+def test_dual_clip_and_clamped_k3_match_verls_formulas():
+    logp, old, ref, adv, mask = _random_batch()
+    ours = grpo_loss(logp, old, ref, adv, mask, beta=0.1, eps_low=0.2, eps_high=0.28, aggregation="token_mean",
+                     dual_clip_c=3.0, log_ratio_clamp=20.0, kl_clamp=10.0).loss
+    a = adv.unsqueeze(-1)
+    ratio = torch.exp(torch.clamp(logp - old, -20, 20))
+    loss1, loss2 = -a * ratio, -a * torch.clamp(ratio, 0.8, 1.28)
+    clip1 = torch.maximum(loss1, loss2)
+    pg = torch.where(a < 0, torch.minimum(-a * 3.0, clip1), clip1)
+    kl = torch.clamp(ref - logp, -20, 20)
+    k3 = torch.clamp(torch.exp(kl) - kl - 1, -10, 10)
+    _check(ours, _token_mean(pg + 0.1 * k3, mask), logp)
+
+
+def test_cispo_and_gmpo_match_verls_formulas():
+    logp, old, _, adv, mask = _random_batch(1)
+    a = adv.unsqueeze(-1)
+    ours = grpo_loss(logp, old, None, adv, mask, beta=0.0, eps_low=0.2, eps_high=0.28, aggregation="token_mean",
+                     policy_loss="cispo").loss
+    ratio = torch.exp(logp - old)
+    _check(ours, _token_mean(-torch.clamp(ratio, 0.8, 1.28).detach() * a * logp, mask), logp)
+    ours = grpo_loss(logp, old, None, adv, mask, beta=0.0, eps_low=0.4, eps_high=0.4, policy_loss="gmpo").loss
+    sgn = torch.sign(a)
+    log_ratio = logp - old
+    pessimistic = sgn * torch.minimum(sgn * log_ratio, sgn * torch.clamp(log_ratio, -0.4, 0.4))
+    seq_ratio = torch.exp((pessimistic * mask).sum(-1) / mask.sum(-1))
+    _check(ours, (-adv * seq_ratio).mean(), logp)
+
+
 # -- end to end: each preset's settings train on the tiny model -----------------------------------
 
 @pytest.mark.parametrize("settings", [
