@@ -8,6 +8,7 @@ the reward is the task's composite reward (worker processes, hard timeouts), and
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -15,10 +16,12 @@ from typing import Any
 
 import torch
 
+from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
 from reasoning_rl.heldout import is_correct
 from reasoning_rl.rollout import Completion
 from reasoning_rl.tasks import Example
+from rewards.audit import AuditReport, VerifierAudit, merge
 from rewards.batch import BatchScores
 
 
@@ -37,6 +40,8 @@ class ScoredGroups:
     tamper_kinds: tuple[str, ...] = ()
     """Tamper kinds the reward's verifiers report (a verifier's ``tamper_kinds``: the code
     verifier's sandbox); each is logged as ``reward/tamper/<kind>``, zero included."""
+    audit: AuditReport | None = None
+    """The verifier audit of these samples (``task.audit``), None when it is off."""
 
     @property
     def group_size(self) -> int:
@@ -65,8 +70,26 @@ def sample_and_score(ctx: RunContext, examples: list[Example], n: int, seed: int
         "unscorable": sum(b.num_unscorable for b in scored.components.values()),
     }
     seconds = {"generate": t1 - t0, "reward": time.perf_counter() - t1}
+    audit = _audit(ctx, [c.text for c in completions], refs, fields,
+                   scored.components[ctx.reward.specs[0].key].results, seed,
+                   [e.id for e in examples for _ in range(n)])
     return ScoredGroups(examples, completions, rewards, scored.components, failures, seconds,
-                        tamper_kinds(ctx.reward.verifiers.values()))
+                        tamper_kinds(ctx.reward.verifiers.values()), audit)
+
+
+def _audit(ctx: RunContext, texts: list[str], refs: list[Any], fields: list[dict[str, Any]], ours: list[Any],
+           seed: int, example_ids: list[str]) -> AuditReport | None:
+    """``task.audit``: re-score a seeded sample with the second verifier; disagreements to audit.jsonl."""
+    cfg = getattr(ctx.cfg.task, "audit", None)
+    if cfg is None or cfg.verifier is None:
+        return None
+    report = VerifierAudit(cfg).run(texts, refs, fields, ours, seed, timeout=ctx.cfg.rollout.reward_timeout,
+                                    pool=ctx.pool)
+    if report.rows and distributed.is_main():
+        with open(ctx.run_dir / "audit.jsonl", "a", encoding="utf-8") as f:
+            for row in report.rows:
+                f.write(json.dumps({"seed": seed, "example_id": example_ids[row["index"]], **row}, default=str) + "\n")
+    return report
 
 
 def tamper_kinds(verifiers: Any) -> tuple[str, ...]:
@@ -108,6 +131,8 @@ def rollout_metrics(ro: ScoredGroups, accuracy_component: str) -> dict[str, floa
         flagged = [_tampered(ro, i) for i in range(len(ro.completions))]
         for kind in ro.tamper_kinds:
             out[f"reward/tamper/{kind}"] = sum(kind in kinds for kinds in flagged)
+    if ro.audit is not None:
+        out.update(ro.audit.metrics)
     return out
 
 
@@ -159,4 +184,5 @@ def select_groups(parts: list[ScoredGroups], keep: list[tuple[int, int]]) -> Sco
     }
     failures = {k: sum(pt.verifier_failures[k] for pt in parts) for k in parts[0].verifier_failures}
     seconds = {k: sum(pt.seconds.get(k, 0.0) for pt in parts) for k in parts[0].seconds}
-    return ScoredGroups(examples, completions, rewards, components, failures, seconds, parts[0].tamper_kinds)
+    audit = merge([pt.audit for pt in parts if pt.audit is not None]) if parts[0].audit is not None else None
+    return ScoredGroups(examples, completions, rewards, components, failures, seconds, parts[0].tamper_kinds, audit)

@@ -38,6 +38,7 @@ _BUILTIN_MODULES: dict[str, str] = {
     "overlong": "rewards.builtin",
     "math": "rewards.math",
     "code": "rewards.code",
+    "math_verify": "rewards.math.external",
 }
 
 _REGISTRY: dict[str, Any] = {}

@@ -28,6 +28,7 @@ from reasoning_rl.tasks.data import (
 )
 from reasoning_rl.tasks.definition import DatasetDefinition, get_definition
 from reasoning_rl.tasks.prompts import build_prompt
+from rewards.audit import AuditConfig
 from rewards.compose import CompositeReward, RewardSpec
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,10 @@ class TaskConfig:
     """Keep only the first N training rows (null: all)."""
     max_eval_examples: int | None = 200
     """Keep only the first N held-out rows (null: all)."""
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    """Verifier audit: a second verifier re-scores a seeded sample of each step's completions
+    (``task.audit.verifier=math +task.audit.options.strict=true``); logged as ``audit/*``, the
+    disagreements in ``audit.jsonl`` (rewards.audit, docs/rewards.md). Off by default."""
 
 
 @dataclass

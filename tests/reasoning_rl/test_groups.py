@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 from reasoning_rl.groups import ScoredGroups, completion_rows, rollout_metrics, select_groups, tamper_kinds
@@ -49,3 +51,30 @@ def test_no_tamper_metrics_without_a_verifier_that_reports_them() -> None:
 def test_selected_groups_keep_the_kinds() -> None:
     kept = select_groups([_groups()], [(0, 1)])
     assert rollout_metrics(kept, "code")["reward/tamper/early_exit"] == 1
+
+
+def test_a_grpo_run_with_the_audit_logs_its_metrics_and_disagreements(small_cfg, tmp_path) -> None:
+    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.trainer import Trainer
+    from rewards.audit import AuditConfig
+
+    cfg = small_cfg
+    cfg.trainer.steps = 2
+    # The second verifier: our math checker with the strict extraction (explicit answer markers only).
+    cfg.task.audit = AuditConfig(verifier="math", fraction=0.5, options={"strict": True})
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    for m in metrics:
+        assert {"audit/disagree_rate", "audit/ours_pass_theirs_fail", "audit/ours_fail_theirs_pass"} <= set(m)
+        assert m["audit/samples"] >= 1
+        assert undocumented(m) == []
+    disagreements = sum(m["audit/ours_pass_theirs_fail"] + m["audit/ours_fail_theirs_pass"] for m in metrics)
+    audit_file = tmp_path / "run" / "audit.jsonl"
+    rows = [json.loads(line) for line in audit_file.read_text().splitlines()] if audit_file.exists() else []
+    assert len(rows) == disagreements  # one row per disagreement, nothing else
+    for row in rows:
+        assert {"completion", "verdict", "ours", "theirs", "example_id"} <= set(row)
