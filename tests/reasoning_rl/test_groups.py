@@ -78,3 +78,23 @@ def test_a_grpo_run_with_the_audit_logs_its_metrics_and_disagreements(small_cfg,
     assert len(rows) == disagreements  # one row per disagreement, nothing else
     for row in rows:
         assert {"completion", "verdict", "ours", "theirs", "example_id"} <= set(row)
+
+
+def test_a_code_task_run_logs_the_tamper_counts(small_cfg, tmp_path) -> None:
+    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.trainer import Trainer
+
+    cfg = small_cfg
+    cfg.task.name, cfg.task.prompt_template = "code_synthetic", None
+    cfg.trainer.steps, cfg.evaluation.every = 1, 0
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    (metrics,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert {f"reward/tamper/{k}" for k in KINDS} <= set(metrics)
+    assert undocumented(metrics) == []
+    rows = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert rows and all(isinstance(r["tamper"], list) for r in rows)
+    assert sum(bool(r["tamper"]) for r in rows) <= sum(metrics[f"reward/tamper/{k}"] for k in KINDS)
