@@ -128,9 +128,10 @@ ENTROPY_CONTROLS: dict[str, Callable[[torch.Tensor, TokenContext, EntropyControl
 
 
 def position_deciles(mask: torch.Tensor) -> torch.Tensor:
-    """Each token's decile of its completion: floor(10 * t / |o_i|) for t = 0 .. |o_i| - 1; -1 on
-    padding. A 5-token completion's tokens fall in deciles 0, 2, 4, 6, 8.  # [B, L] long"""
-    lengths = mask.sum(-1, keepdim=True).clamp(min=1)  # [B, 1]
+    """Each token's decile of its completion by relative position t / (|o_i| - 1), so the first token is
+    in decile 0 and the last in decile 9 whatever the length: min(9, floor(10 t / (|o_i| - 1))); -1 on
+    padding. A 5-token completion's tokens fall in deciles 0, 2, 5, 7, 9; a 1-token one's in 0.  # [B, L] long"""
+    last = (mask.sum(-1, keepdim=True) - 1).clamp(min=1)  # |o_i| - 1  # [B, 1]
     t = torch.cumsum(mask, -1) - 1  # the token's index within its completion  # [B, L]
-    deciles = torch.div(10 * t, lengths, rounding_mode="floor").long()
+    deciles = torch.div(10 * t, last, rounding_mode="floor").long().clamp(max=9)
     return torch.where(mask.bool(), deciles, torch.full_like(deciles, -1))

@@ -79,9 +79,10 @@ def test_high_entropy_through_grpo_loss():
 
 
 def test_position_deciles():
-    # a 5-token completion: floor(10 t / 5) = 0, 2, 4, 6, 8; a 3-token one: 0, 3, 6; padding -1
-    mask = torch.tensor([[1.0] * 5, [1.0, 1.0, 1.0, 0.0, 0.0]])
-    assert position_deciles(mask).tolist() == [[0, 2, 4, 6, 8], [0, 3, 6, -1, -1]]
+    # relative position t / (n - 1): 5 tokens: floor(10 * [0, .25, .5, .75, 1]) = 0, 2, 5, 7, 10 -> 9 (the
+    # last token is decile 9); 3 tokens: 0, 5, 9; 1 token: 0; padding -1
+    mask = torch.tensor([[1.0] * 5, [1.0, 1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]])
+    assert position_deciles(mask).tolist() == [[0, 2, 5, 7, 9], [0, 5, 9, -1, -1], [0, -1, -1, -1, -1]]
 
 
 @pytest.mark.parametrize(("changes", "message"), [
