@@ -72,16 +72,18 @@ back to the kernel when freed, so the peak RSS is close to the peak of live tens
 GB = 1024 ** 3
 
 
-def build_model(name: str) -> Any:
-    """``random``: SmolLM2-135M's shape, randomly initialised (seed 0); ``smollm2-135m``: the real
-    model through the shipped preset (needs the package of conf/model/smollm2-135m.yaml)."""
+def build_model(name: str, layers: int | None = None) -> Any:
+    """``random``: SmolLM2-135M's shape, randomly initialised (seed 0), with ``layers`` decoder layers
+    (None: its 30); ``smollm2-135m``: the real model through the shipped preset (needs the package
+    of conf/model/smollm2-135m.yaml)."""
     import torch
 
     if name == "random":
         from transformers import LlamaConfig, LlamaForCausalLM
 
         torch.manual_seed(0)
-        return LlamaForCausalLM(LlamaConfig(**SMOLLM2_135M, dtype="float32"))
+        shape = {**SMOLLM2_135M, **({"num_hidden_layers": layers} if layers else {})}
+        return LlamaForCausalLM(LlamaConfig(**shape, dtype="float32"))
     if name == "smollm2-135m":
         from reasoning_rl.gguf_cache import GGUFSourceConfig
         from reasoning_rl.models import ModelConfig, load_model
@@ -119,7 +121,7 @@ def worker(settings: dict[str, Any]) -> dict[str, Any]:
     if settings["threads"]:
         torch.set_num_threads(settings["threads"])
     chunk_setting, checkpointing = CONFIGS[settings["config"]]
-    model = build_model(settings["model"])
+    model = build_model(settings["model"], settings.get("layers"))
     vocab = model.config.vocab_size
     if checkpointing:
         model.activation_checkpointing_enable()
@@ -208,6 +210,7 @@ def run(argv: list[str]) -> BenchResult:
     p.add_argument("--prompts", type=int, default=2, help="distinct prompts in the micro-batch")
     p.add_argument("--prompt-tokens", type=int, default=128, help="prompt length (a GSM8K question in a chat template)")
     p.add_argument("--completion-tokens", type=int, default=256, help="completion length (all real tokens)")
+    p.add_argument("--layers", type=int, default=None, help="decoder layers of --model random (default: 30, SmolLM2's)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--allocators", nargs="+", default=["glibc"], choices=list(ALLOCATORS),
                    help="malloc settings of the measured processes (each configuration runs under each)")
@@ -224,7 +227,8 @@ def run(argv: list[str]) -> BenchResult:
               f"on / off {on['median_ms'] / off['median_ms']:.3f}")
         return BenchResult(0, settings, result)
     results: dict[str, dict[str, Any]] = {}
-    one = {k: settings[k] for k in ("model", "group", "prompts", "prompt_tokens", "completion_tokens", "threads")}
+    one = {k: settings[k]
+           for k in ("model", "layers", "group", "prompts", "prompt_tokens", "completion_tokens", "threads")}
     for allocator in args.allocators:
         for config in args.configs:
             name = f"{config} ({allocator})"
