@@ -79,6 +79,7 @@ TRAIN_RANGES: dict[str, Range] = {
     # task
     "task.max_train_examples": AT_LEAST_1,
     "task.max_eval_examples": AT_LEAST_1,
+    "task.audit.fraction": FRACTION,
     # model (the tiny model's shape)
     "model.tiny.hidden_size": AT_LEAST_1,
     "model.tiny.num_layers": AT_LEAST_1,
@@ -149,6 +150,7 @@ TRAIN_RANGES: dict[str, Range] = {
 
 TRAIN_FREE: dict[str, str] = {
     "trainer.seed": "any integer seeds the random generators",
+    "task.audit.seed": "any integer seeds the verifier audit's sample",
     "model.tiny.init_seed": "any integer seeds the tiny model's initialisation",
     "task.rewards.weight": "a reward component's weight may be negative (a penalty) or 0 (measured, not rewarded)",
     "algo.clip_cov_low": "a bound on a covariance, which may be negative (GRPOConfig.problems checks low <= high)",
