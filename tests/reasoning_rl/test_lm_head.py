@@ -139,3 +139,19 @@ def test_resolve_chunk(setting, vocab, expected):
 def test_resolve_chunk_names_the_bad_setting(setting):
     with pytest.raises(LMHeadChunkError, match=r"model.lm_head_chunk=.*auto, 0 or a number"):
         resolve_chunk(setting, 49152)
+
+
+def test_load_model_records_the_chunk_and_turns_checkpointing_on(caplog):
+    from reasoning_rl.lm_head import chunk_of
+    from reasoning_rl.logprobs import checkpointing_enabled
+    from reasoning_rl.models import ModelConfig, TinyModelConfig, load_model
+
+    tiny = TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32)
+    with caplog.at_level("INFO", logger="reasoning_rl.models"):
+        model, _ = load_model(ModelConfig(tiny=tiny, lm_head_chunk="16", gradient_checkpointing=True, device="cpu"))
+    assert chunk_of(model) == 16 and checkpointing_enabled(model)
+    assert "LM head: 16 positions a chunk (set); gradient checkpointing on" in caplog.text
+    model, _ = load_model(ModelConfig(tiny=tiny, device="cpu"))
+    assert chunk_of(model) == 0 and not checkpointing_enabled(model)  # auto: the 100-character vocabulary
+    with pytest.raises(LMHeadChunkError, match="lm_head_chunk='sixteen'"):
+        load_model(ModelConfig(tiny=tiny, lm_head_chunk="sixteen", device="cpu"))
