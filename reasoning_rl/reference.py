@@ -12,6 +12,7 @@ from typing import Any
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
 from reasoning_rl.atomic import atomic_directory_write
+from reasoning_rl.lm_head import chunk_of, set_chunk
 from reasoning_rl.models import load_pretrained
 
 
@@ -23,6 +24,7 @@ def frozen_reference(ctx: RunContext) -> Any:
             raise FileNotFoundError(f"cannot resume with a KL term: the reference policy {ref_dir} is missing; "
                                     "start a new run folder or set algo.beta=0")
         ref, _ = load_pretrained(str(ref_dir), device=ctx.cfg.model.device, dtype=ctx.cfg.model.dtype)
+        set_chunk(ref, chunk_of(ctx.model))  # the policy's LM-head chunk, as the deep copy of a fresh run has
     else:
         ref = copy.deepcopy(ctx.model)
         if distributed.is_main():  # data-parallel: one writer (every rank holds the same policy)

@@ -41,7 +41,7 @@ from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.heldout import evaluate_heldout
 from reasoning_rl.memory import keep_freed_memory, memory_report
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics
-from reasoning_rl.models import load_model, load_pretrained, set_training
+from reasoning_rl.models import apply_memory_settings, load_model, load_pretrained, set_training
 from reasoning_rl.prompt_sampler import PromptSampler
 from reasoning_rl.rollout import HFEngine, SamplingConfig, make_engine
 from reasoning_rl.tasks import Task
@@ -89,6 +89,7 @@ class Trainer:
         if self.resume_from is not None:
             self.model, self.tokenizer = load_pretrained(str(self.resume_from), device=cfg.model.device,
                                                          dtype=cfg.model.dtype)
+            apply_memory_settings(self.model, cfg.model)  # checkpointing and the LM-head chunk, as on a fresh start
         else:
             self.model, self.tokenizer = load_model(cfg.model)
         self.device = next(self.model.parameters()).device

@@ -33,10 +33,13 @@ def _schemas():
 
 
 def _train_numeric_fields() -> set[str]:
-    """Every numeric setting of reasoning-rl-train: the groups, and every registered algorithm's."""
+    """Every numeric setting of reasoning-rl-train: the groups, and every algorithm the project ships
+    (an algorithm another test module registers, e.g. test_registry's example, is not the project's)."""
     names = {n for n in numeric_fields(TrainConfig) if not n.startswith("algo.")}
     for name in list_algorithms():
-        names |= set(numeric_fields(get_algorithm(name).config_class, "algo."))
+        schema = get_algorithm(name).config_class
+        if schema.__module__.startswith("reasoning_rl."):
+            names |= set(numeric_fields(schema, "algo."))
     return names
 
 

@@ -152,3 +152,24 @@ def test_missing_checkpoint_is_a_clear_error(small_cfg, tmp_path):
     small_cfg.model.name_or_path = str(tmp_path / "no-such-checkpoint")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         Trainer(small_cfg, tmp_path / "run")
+
+
+def test_a_resumed_run_keeps_the_memory_settings(small_cfg, tmp_path):
+    """Resuming loads the policy from its checkpoint (not through load_model) and the reference from
+    reference/: both keep model.gradient_checkpointing and model.lm_head_chunk, as a fresh start has."""
+    from reasoning_rl.lm_head import chunk_of
+
+    small_cfg.model.gradient_checkpointing, small_cfg.model.lm_head_chunk = True, "3"
+    small_cfg.trainer.steps, small_cfg.trainer.save_every = 2, 1
+    small_cfg.evaluation.enabled = False
+    _train(small_cfg, tmp_path / "run")
+    small_cfg.trainer.steps, small_cfg.trainer.resume = 3, True
+    trainer = Trainer(small_cfg, tmp_path / "run")
+    try:
+        assert trainer.resume_from is not None and trainer.resume_from.name == "checkpoint-2"
+        assert trainer.model.is_activation_checkpointing
+        assert chunk_of(trainer.model) == 3
+        trainer.train()
+        assert [m["step"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
+    finally:
+        trainer.close()
