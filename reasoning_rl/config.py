@@ -152,6 +152,16 @@ class EvalConfig:
     """Samples per problem for the sampled accuracy (at the training temperature)."""
     every: int = 0
     """Also evaluate every N steps during GRPO (0 = only before/after)."""
+    kl_to_base_every: int = 0
+    """Log kl/base_forward, the per-token forward KL(pi_0 || pi) from the policy as RL starts to the
+    current one, every N steps (0 = off; reasoning_rl.kl_to_base). Its probe's completions are sampled
+    once from pi_0 and their pi_0 log-probs stored, so no copy of pi_0 is held; each measurement is one
+    no-grad forward of the policy over the probe."""
+    kl_to_base_prompts: int = 16
+    """Prompts in the KL probe, drawn once (seeded by trainer.seed) from the eval split (the train split
+    when the task has none)."""
+    kl_to_base_samples: int = 4
+    """Completions sampled from pi_0 per probe prompt."""
 
 
 @dataclass

@@ -4,8 +4,8 @@
                   task examples, reward, verifier workers
     warm start    optional supervised phase (RL needs a policy that is sometimes right)
     algorithm     algo.name -> the registered module (reasoning_rl.algo.registry); setup()
-    evaluate      held-out accuracy before training
-    for each step: algorithm.step() -> log metrics and completions -> checkpoint
+    evaluate      held-out accuracy before training; the KL probe's samples of pi_0 (when on)
+    for each step: algorithm.step() -> log metrics (and kl/base_forward every N) and completions -> checkpoint
     evaluate      held-out accuracy after training; plot, summary.json
 
 What differs between algorithms (extra models, optimiser, the step itself) lives in
@@ -39,6 +39,7 @@ from reasoning_rl.algo.registry import get_algorithm
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.heldout import evaluate_heldout
+from reasoning_rl.kl_to_base import BaseProbe, forward_kl, sample_probe
 from reasoning_rl.memory import keep_freed_memory, memory_report
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics
 from reasoning_rl.models import apply_memory_settings, load_model, load_pretrained, set_training
@@ -182,6 +183,7 @@ class Trainer:
         if warm is not None:
             summary["warm_start"] = warm
         self._setup_algorithm()
+        self.kl_probe = self._kl_probe()
         # A fresh start keeps no metrics of an earlier attempt in this folder; a resumed run
         # drops those written after its checkpoint, so the log has each step once.
         logger = MetricsLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=self.step,
@@ -208,6 +210,9 @@ class Trainer:
                 metrics = distributed.reduce_metrics(metrics)  # over ranks (docs/metrics.md)
                 if "completion/tokens" in metrics:
                     metrics["throughput/completion_tokens_per_s"] = metrics["completion/tokens"] / max(elapsed, 1e-9)
+                if self.kl_probe is not None and self.step % cfg.evaluation.kl_to_base_every == 0:
+                    metrics["kl/base_forward"] = forward_kl(self.model, self.kl_probe, self.tokenizer.pad_token_id,
+                                                            self.sampling, cfg.algo.micro_batch_size)
                 if cfg.evaluation.every and self.eval_examples and self.step % cfg.evaluation.every == 0:
                     metrics.update({f"eval/{k}": v for k, v in self.evaluate().items()})
                 logger.log(self.step, metrics)
@@ -245,6 +250,33 @@ class Trainer:
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         # Every rank returns rank 0's summary (written, with evaluation and plot), once it is on disk.
         return distributed.broadcast_object(summary)
+
+    def _kl_probe(self) -> BaseProbe | None:
+        """The probe of ``kl/base_forward`` (reasoning_rl.kl_to_base) when ``evaluation.kl_to_base_every``
+        is set: sampled from the policy as RL starts and saved, or the saved one when resuming.
+        Data-parallel: each rank samples (and saves) its own probe; the logged value is their mean."""
+        e = self.cfg.evaluation
+        if not e.kl_to_base_every:
+            return None
+        suffix = f".rank{distributed.rank()}" if distributed.is_distributed() else ""
+        path = self.run_dir / f"kl_base_probe{suffix}.json"
+        if self.resume_from is not None:
+            if path.exists():
+                return BaseProbe.load(path)
+            log.warning("evaluation.kl_to_base_every: %s is missing, so pi_0 of this run is unknown on resume; "
+                        "kl/base_forward is not logged (start a new run folder to measure it)", path)
+            return None
+        split = self.task.eval_split or self.task.train_split
+        examples = self.task.examples(split, self.tokenizer) if split != self.task.train_split else self.train_examples
+        rng = ckpt.rng_state()  # sampling the probe reseeds torch: the run's random stream stays as without it
+        probe = sample_probe(self.model, self.engine, [ex.prompt for ex in examples], e.kl_to_base_prompts,
+                             e.kl_to_base_samples, self.sampling, self.tokenizer.pad_token_id,
+                             seed=self.cfg.trainer.seed, micro_batch=self.cfg.algo.micro_batch_size)
+        ckpt.set_rng_state(rng)
+        probe.save(path)
+        log.info("kl/base_forward: probe of %d completions (%d tokens) sampled from pi_0, saved to %s",
+                 len(probe.completions), probe.num_tokens, path)
+        return probe
 
     def evaluate(self) -> dict[str, float]:
         """Held-out greedy and sampled accuracy of the current policy (reasoning_rl.heldout).
