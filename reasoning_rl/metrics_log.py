@@ -1,4 +1,4 @@
-"""Per-step metrics to JSONL (and TensorBoard when installed), completions to JSONL, plots.
+"""Per-step metrics to JSONL (and TensorBoard when installed), completions to JSONL, the run's picture.
 
 Metric keys are namespaced (``reward/mean``, ``loss/policy``, ``kl/mean``,
 ``clip/low_fraction``, ``time/generate``...); each is described in
@@ -11,6 +11,7 @@ import io
 import json
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,34 +90,89 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class Panel:
+    """One panel of the run's picture: a title and the metric keys it draws, each with its legend label."""
+
+    title: str
+    series: tuple[tuple[str, str], ...]
+    """(metric key, legend label) pairs."""
+
+
+DASHBOARD: tuple[Panel, ...] = (
+    Panel("reward and train accuracy", (("reward/mean", "reward/mean"), ("accuracy/train", "accuracy/train"))),
+    Panel("held-out accuracy", (("eval/greedy_accuracy", "greedy"), ("eval/sampled_accuracy", "sampled"))),
+    Panel("KL per token", (("kl/mean", "to reference (k3)"), ("kl/base_forward", "to base, forward"))),
+    Panel("entropy per token", (("entropy/mean", "entropy/mean"),)),
+    Panel("completion length (tokens)", (("completion/length_mean", "mean"), ("completion/length_max", "max"))),
+    Panel("clip fraction", (("clip/low_fraction", "low (A < 0)"), ("clip/high_fraction", "high (A > 0)"))),
+    Panel("NLL per token", (("nll/token_mean", "nll/token_mean"),)),
+    Panel("DPO pairs", (("dpo/pair_accuracy", "pair accuracy"),)),
+)
+"""The panels of ``reward_curve.png``, in reading order; a panel none of whose keys the run logged
+is left out (GRPO, PPO, SFT and DPO log different keys), so the picture never fails on a missing one."""
+
+
+SMOOTH_FROM = 50
+"""A series with at least this many points is drawn faint, under its moving average over a tenth of them."""
+
+
+def dashboard_panels(metrics: list[dict[str, Any]],
+                     panels: tuple[Panel, ...] = DASHBOARD) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The panels to draw for these metrics: each with the series that have at least one value."""
+    logged = {k for m in metrics for k, v in m.items() if v is not None}
+    out = []
+    for panel in panels:
+        series = [(key, label) for key, label in panel.series if key in logged]
+        if series:
+            out.append((panel.title, series))
+    return out
+
+
 def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
-                         keys: tuple[str, ...] = ("reward/mean", "accuracy/train")) -> Path | None:
-    """PNG of the given metrics over steps (raw and a moving average)."""
+                         panels: tuple[Panel, ...] = DASHBOARD) -> Path | None:
+    """``reward_curve.png``: the run at a glance, one panel per entry of ``panels`` the run logged,
+    three to a row. A series of ``SMOOTH_FROM`` points or more is drawn faint with its moving
+    average on top; one logged every N steps only (held-out accuracy, KL to base) with markers.
+    None (no file) when the run logged none of the keys."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    present = [k for k in keys if any(k in m for m in metrics)]
+    present = dashboard_panels(metrics, panels)
     if not present:
         return None
-    fig, axes = plt.subplots(1, len(present), figsize=(5 * len(present), 3.5), squeeze=False)
-    for ax, key in zip(axes[0], present):
-        points = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
-        steps, values = zip(*points) if points else ((), ())
-        ax.plot(steps, values, alpha=0.35, label=key)
-        window = max(1, len(values) // 10)
-        if window > 1:
-            smooth = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
-                      for i in range(len(values))]
-            ax.plot(steps, smooth, label=f"moving average ({window})")
+    cols = min(3, len(present))
+    rows = math.ceil(len(present) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.2 * rows), squeeze=False)
+    for ax, (title, series) in zip(axes.flat, present):
+        for (key, label), style in zip(series, ("-", "--", ":")):  # dashed second: equal curves stay visible
+            points = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
+            steps, values = (list(x) for x in zip(*points))
+            if len(values) >= SMOOTH_FROM:
+                window = len(values) // 10
+                line, = ax.plot(steps, values, alpha=0.25, linestyle=style)
+                ax.plot(steps, _moving_average(values, window), color=line.get_color(), linestyle=style,
+                        label=f"{label} (avg of {window})")
+            else:
+                ax.plot(steps, values, marker="o" if len(values) < len(metrics) else None, markersize=3,
+                        linestyle=style, label=label)
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
-        ax.set_title(key)
-        ax.legend()
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(present):]:
+        ax.set_visible(False)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())
     return Path(path)
+
+
+def _moving_average(values: list[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values at each point (fewer at the start)."""
+    return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+            for i in range(len(values))]

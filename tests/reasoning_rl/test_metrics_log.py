@@ -1,0 +1,42 @@
+"""reward_curve.png: one panel per group of metrics the run logged (reasoning_rl.metrics_log)."""
+
+from reasoning_rl.metrics_log import DASHBOARD, dashboard_panels, plot_training_curves
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _grpo_like(steps=60, eval_every=10, kl_every=5):
+    out = []
+    for s in range(1, steps + 1):
+        m = {"step": s, "reward/mean": s / steps, "accuracy/train": s / steps, "kl/mean": 0.001 * s,
+             "entropy/mean": 2.0 - s / steps, "completion/length_mean": 5.0, "completion/length_max": 8,
+             "clip/low_fraction": 0.01, "clip/high_fraction": 0.02}
+        if s % eval_every == 0:
+            m["eval/greedy_accuracy"] = 0.5
+        if s % kl_every == 0:
+            m["kl/base_forward"] = 0.002 * s
+        out.append(m)
+    return out
+
+
+def test_grpo_run_gets_every_panel_but_the_other_algorithms():
+    titles = [t for t, _ in dashboard_panels(_grpo_like())]
+    assert titles == ["reward and train accuracy", "held-out accuracy", "KL per token", "entropy per token",
+                      "completion length (tokens)", "clip fraction"]
+    held_out = dict(dashboard_panels(_grpo_like()))["held-out accuracy"]
+    assert [k for k, _ in held_out] == ["eval/greedy_accuracy"]  # sampled accuracy was not logged: no line
+
+
+def test_a_subset_of_metrics_draws_only_its_panels(tmp_path):
+    # An SFT-like run: no KL, entropy or clip keys; a key present only as null counts as absent.
+    metrics = [{"step": s, "reward/mean": 0.1 * s, "nll/token_mean": 1.0 / s, "kl/mean": None} for s in range(1, 6)]
+    assert [t for t, _ in dashboard_panels(metrics)] == ["reward and train accuracy", "NLL per token"]
+    path = plot_training_curves(metrics, tmp_path / "reward_curve.png")
+    assert path == tmp_path / "reward_curve.png" and path.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_full_run_is_drawn_and_nothing_known_means_no_file(tmp_path):
+    assert plot_training_curves(_grpo_like(), tmp_path / "a.png").read_bytes().startswith(PNG_MAGIC)
+    assert plot_training_curves([{"step": 1, "made/up": 1.0}], tmp_path / "b.png") is None
+    assert not (tmp_path / "b.png").exists()
+    assert len({p.title for p in DASHBOARD}) == len(DASHBOARD)
