@@ -104,6 +104,13 @@ class EvalConfig:
     """Overrides of the benchmark's verifier options (changes the score cache key)."""
     maj_equivalence: bool = True
     """Merge maj@k vote groups whose answers the verifier calls equal (0.5 vs \\frac12)."""
+    graders: list[str] = field(default_factory=list)
+    """Grader sensitivity: score the same completions with these graders too and report the accuracy
+    under each and where they disagree (``graders=[ours,strict,math_verify]``): ``ours`` is the
+    benchmark's verifier, ``strict`` the same with ``strict: true``, any other entry a registered
+    verifier name (``benchmarks/graders.py``). Empty: no report."""
+    grader_examples: int = 5
+    """Disagreeing samples kept as examples in the grader-sensitivity report."""
 
     output_dir: str = "eval_results"
     """Where results go: ``<output_dir>/<model>/<benchmark>/results.json`` and ``summary.md``."""
@@ -129,6 +136,7 @@ EVAL_RANGES: dict[str, Range] = {
     "generation_chunk": AT_LEAST_1,
     "score_timeout": POSITIVE,
     "score_workers": AT_LEAST_0,
+    "grader_examples": AT_LEAST_0,
 }
 """Allowed range of every numeric setting of ``reasoning-rl-eval``."""
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from benchmarks.graders import grader_sensitivity
 from benchmarks.io import JsonlError, iter_jsonl, read_jsonl, write_json, write_jsonl
 from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k, reports_answers, vote_answer
 from reasoning_rl.errors import UserError
@@ -160,6 +161,10 @@ class ScoringSettings:
     timeout: float = 10.0
     pool: Any = None
     chunk_size: int = 256
+    graders: Sequence[Any] = ()
+    """Graders of a sensitivity report (:func:`benchmarks.graders.build_graders`, ``ours`` first); none: no report."""
+    grader_examples: int = 5
+    """Disagreeing samples the report keeps as examples."""
 
 
 def _verdict(result: Any) -> dict[str, Any]:
@@ -260,12 +265,19 @@ def evaluate(
     equal_pairs: set[tuple[str, str]] = set()
     if "maj@k" in spec.metrics and answer_equivalence is not None:
         equal_pairs = answer_equivalence(_distinct_answer_pairs(records, max(k_values, default=1)))
+    sensitivity = {}
+    if len(scoring.graders) > 1:
+        start = time.perf_counter()
+        sensitivity = grader_sensitivity(scoring.graders, problems, records, timeout=scoring.timeout,
+                                         pool=scoring.pool, max_examples=scoring.grader_examples)
+        this_run["graders_s"] = time.perf_counter() - start
     results = {
         **(header or {}),
         "benchmark": {"name": spec.name, "version": spec.version, "description": spec.description},
         "verifier": {"name": spec.verifier.name, "options": scoring.key_data.get("options", spec.verifier.options)},
         "metrics": compute_metrics(spec, problems, records, k_values, equal_pairs),
         **({"maj_votes": vote_counts(records)} if "maj@k" in spec.metrics else {}),
+        **({"grader_sensitivity": sensitivity} if sensitivity else {}),
         "this_run": this_run,
         "problems": [
             {"task_id": p.task_id, "reference": p.reference, **({"meta": p.meta} if p.meta else {}),

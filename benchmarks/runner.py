@@ -27,6 +27,7 @@ from benchmarks.evaluate import (
     format_metric,
     read_samples,
 )
+from benchmarks.graders import build_graders, grader_lines
 from reasoning_rl import checkpoint as ckpt
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.errors import UserError
@@ -205,7 +206,9 @@ class Evaluator:
     def scoring(self, spec: DatasetDefinition) -> tuple[ScoringSettings, Callable | None]:
         verifier, key = make_verifier(spec, dict(self.cfg.verifier_options))
         timeout = self.cfg.score_timeout or spec.score_timeout
-        settings = ScoringSettings(verifier=verifier, key_data=key, timeout=timeout, pool=self.pool)
+        graders = build_graders(self.cfg.graders, spec, dict(self.cfg.verifier_options)) if self.cfg.graders else []
+        settings = ScoringSettings(verifier=verifier, key_data=key, timeout=timeout, pool=self.pool, graders=graders,
+                                   grader_examples=self.cfg.grader_examples)
         equivalence = make_equivalence(verifier, timeout, self.pool) if self.cfg.maj_equivalence else None
         return settings, equivalence
 
@@ -283,6 +286,8 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
         return []
 
     check_code_execution(specs, cfg.allow_code_execution)
+    for spec in specs if cfg.graders else []:  # a grader that cannot be built fails before any generation
+        build_graders(cfg.graders, spec, dict(cfg.verifier_options))
     results: list[dict[str, Any]] = []
     if cfg.samples:
         if len(specs) > 1:
@@ -302,6 +307,8 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
         print(result_line(r))
         for line in breakdown_lines(r):
             print(line)
+        if "grader_sensitivity" in r:
+            print("\n".join(grader_lines(r["benchmark"]["name"], r["grader_sensitivity"])))
     summary = write_summary(cfg.output_dir)
     print(f"summary: {summary}")
     return results
@@ -389,14 +396,32 @@ def breakdown_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def grader_summary_rows(r: dict[str, Any]) -> list[str]:
+    """One summary.md row per grader of a result's grader-sensitivity report (none without one)."""
+    report = r.get("grader_sensitivity")
+    if not report:
+        return []
+    step = r["model"].get("step")
+    rows = []
+    for name, info in report["graders"].items():
+        options = ", ".join(f"{k}={v}" for k, v in info["options"].items())
+        vs = report["vs_ours"].get(name, {})
+        rows.append(f"| {model_label(r)} | {'' if step is None else step} | {r['benchmark']['name']} | {name} | "
+                    f"{info['verifier']}{f' ({options})' if options else ''} | {format_metric(report['accuracy'][name])} "
+                    f"| {vs.get('ours_pass_theirs_fail', '-')} | {vs.get('ours_fail_theirs_pass', '-')} "
+                    f"| {report['disagree_problems']} |")
+    return rows
+
+
 def write_summary(output_dir: str | Path) -> Path:
     """Rebuild ``<output_dir>/summary.md``: one row per results.json found under the folder."""
     import json
 
     output_dir = Path(output_dir)
-    rows = []
+    rows, grader_rows = [], []
     for path in sorted(output_dir.glob(f"**/{RESULTS_FILE}")):
         r = json.loads(path.read_text(encoding="utf-8"))
+        grader_rows += grader_summary_rows(r)
         m = r["metrics"]
         others = "; ".join(f"{k} {format_metric(v)}" for k, v in m.items() if k not in ("accuracy", "counts", "breakdown"))
         c = m["counts"]
@@ -407,6 +432,13 @@ def write_summary(output_dir: str | Path) -> Path:
     text = ("# Evaluation summary\n\nScores in percent ± standard error over problems.\n\n"
             "| model | step | benchmark | problems | samples | accuracy | other metrics | not scored | folder |\n"
             "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |\n" + "\n".join(rows) + "\n")
+    if grader_rows:
+        text += ("\n## Grader sensitivity\n\nThe same completions under each grader (`graders=`): accuracy in "
+                 "percent ± standard error, samples where the grader and `ours` differ, and the problems where the "
+                 "graders disagree (examples in each results.json, `grader_sensitivity`).\n\n"
+                 "| model | step | benchmark | grader | verifier | accuracy | ours pass, it fails | ours fails, it passes "
+                 "| problems with disagreement |\n"
+                 "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: |\n" + "\n".join(grader_rows) + "\n")
     path = output_dir / "summary.md"
     atomic_write_text(path, text)
     return path
