@@ -9,7 +9,8 @@ seed, status (``finished``, ``failed`` with its error, or ``incomplete``: killed
 running), steps done, final training reward and KL (means over the last tenth of the
 steps), held-out accuracy before and after, completion tokens per second, wall time, and
 memory: the training state (parameters, gradients, optimiser states of every model held,
-``reasoning_rl.memory``) and the peak resident memory.
+``reasoning_rl.memory``) and the peak resident memory; when a run audited its verifier
+(``task.audit``), the mean ``audit/disagree_rate`` and the summed disagreements of each kind.
 No run is dropped: a run without metrics is still listed with its status.
 
 Written to ``<sweep>/report/``: ``report.md`` (the table), ``runs.json`` and ``runs.csv``
@@ -64,6 +65,12 @@ class RunRecord:
     maj_before: dict[str, float] = field(default_factory=dict)
     """Held-out Maj@K before training, by K."""
     maj_after: dict[str, float] = field(default_factory=dict)
+    audit_disagree_rate: float | None = None
+    """Mean over steps of ``audit/disagree_rate`` (``task.audit``); None when the run logged no audit."""
+    audit_ours_pass_theirs_fail: int | None = None
+    """Sum over steps of ``audit/ours_pass_theirs_fail``: possible false positives of the reward."""
+    audit_ours_fail_theirs_pass: int | None = None
+    """Sum over steps of ``audit/ours_fail_theirs_pass``: possible false negatives of the reward."""
     error: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
     """Every config value, dotted (``algo.beta``), for plotting against."""
@@ -79,11 +86,26 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _tail_mean(metrics: list[dict[str, Any]], key: str) -> float | None:
-    values = [m[key] for m in metrics if isinstance(m.get(key), (int, float)) and math.isfinite(m[key])]
+    values = _finite(metrics, key)
     if not values:
         return None
     tail = values[-max(1, len(values) // 10):]
     return sum(tail) / len(tail)
+
+
+def _finite(metrics: list[dict[str, Any]], key: str) -> list[float]:
+    return [m[key] for m in metrics if isinstance(m.get(key), (int, float)) and math.isfinite(m[key])]
+
+
+def _audit(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """The verifier audit over the whole run: the mean per-step disagreement rate (steps where both
+    verifiers scored something) and the two kinds of disagreement summed; empty without an audit."""
+    rates = _finite(metrics, "audit/disagree_rate")
+    if not rates and not _finite(metrics, "audit/samples"):
+        return {}
+    return {"audit_disagree_rate": sum(rates) / len(rates) if rates else None,
+            **{f"audit_{k}": int(sum(_finite(metrics, f"audit/{k}")))
+               for k in ("ours_pass_theirs_fail", "ours_fail_theirs_pass")}}
 
 
 def _setting(run_dir: Path) -> str:
@@ -137,7 +159,7 @@ def read_run(run_dir: Path, root: Path) -> RunRecord:
         pass_before=_at_k(before, "pass"), pass_after=_at_k(after, "pass"),
         maj_before=_at_k(before, "maj"), maj_after=_at_k(after, "maj"),
         error=" ".join((status.get("error") or "").split())[:200] if label == "failed" else None,
-        values=values,
+        values=values, **_audit(metrics),
     )
 
 
@@ -163,10 +185,19 @@ def _gb(x: float | None) -> str:
     return "-" if x is None else (f"{x * 1024:.0f} MB" if x < 1 else f"{x:.2f} GB")
 
 
+def _audit_cell(r: RunRecord) -> str:
+    """``2.5% (3 / 1)``: mean disagreement rate (ours pass and the audit fails / ours fail and it passes)."""
+    if r.audit_ours_pass_theirs_fail is None:
+        return "-"
+    return f"{_pct(r.audit_disagree_rate)} ({r.audit_ours_pass_theirs_fail} / {r.audit_ours_fail_theirs_pass})"
+
+
 def format_table(runs: list[RunRecord]) -> str:
+    audited = any(r.audit_ours_pass_theirs_fail is not None for r in runs)  # the column only when a run audited
     lines = ["| setting | seed | status | steps | reward (last 10%) | KL (last 10%) | greedy before | greedy after "
-             "| sampled after | tokens/s | wall | train state | peak RSS |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| sampled after | tokens/s | wall | train state | peak RSS |"
+             + (" audit disagree (ours pass / ours fail) |" if audited else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if audited else "")]
     for r in runs:
         status = r.status + (f": {r.error}" if r.error else "")
         steps = f"{r.steps_done}/{r.steps_total}" if r.steps_total is not None else str(r.steps_done)
@@ -174,7 +205,7 @@ def format_table(runs: list[RunRecord]) -> str:
         lines.append(f"| {r.setting} | {r.seed} | {status} | {steps} | {_num(r.final_reward, '.3f')} "
                      f"| {_num(r.final_kl, '.4f')} | {_pct(r.greedy_before)} | {_pct(r.greedy_after)} "
                      f"| {_pct(r.sampled_after)} | {_num(r.tokens_per_s, '.0f')} | {wall} "
-                     f"| {_gb(r.state_gb)} | {_gb(r.peak_rss_gb)} |")
+                     f"| {_gb(r.state_gb)} | {_gb(r.peak_rss_gb)} |" + (f" {_audit_cell(r)} |" if audited else ""))
     counts = defaultdict(int)
     for r in runs:
         counts[r.status] += 1
