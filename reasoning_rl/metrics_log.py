@@ -129,6 +129,17 @@ def dashboard_panels(metrics: list[dict[str, Any]],
     return out
 
 
+def with_heldout_ends(metrics: list[dict[str, Any]], before: Mapping[str, Any], after: Mapping[str, Any],
+                      last_step: int) -> list[dict[str, Any]]:
+    """``metrics`` with the held-out evaluations before training (as step 0) and after it (as
+    ``last_step``, unless ``evaluation.every`` already logged one there) added as ``eval/*`` rows,
+    so the held-out panel runs from the start to the end even without ``evaluation.every``."""
+    evaluated = {m["step"] for m in metrics if any(k.startswith("eval/") for k in m)}
+    ends = [(step, result) for step, result in ((0, before), (last_step, after)) if step not in evaluated]
+    rows = [{"step": step, **{f"eval/{k}": v for k, v in result.items()}} for step, result in ends]
+    return sorted([*metrics, *rows], key=lambda m: m["step"])
+
+
 def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
                          panels: tuple[Panel, ...] = DASHBOARD) -> Path | None:
     """``reward_curve.png``: the run at a glance, one panel per entry of ``panels`` the run logged,
@@ -145,6 +156,7 @@ def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
         return None
     cols = min(3, len(present))
     rows = math.ceil(len(present) / cols)
+    all_steps = {m["step"] for m in metrics}
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.2 * rows), squeeze=False)
     for ax, (title, series) in zip(axes.flat, present):
         for (key, label), style in zip(series, ("-", "--", ":")):  # dashed second: equal curves stay visible
@@ -156,8 +168,8 @@ def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
                 ax.plot(steps, _moving_average(values, window), color=line.get_color(), linestyle=style,
                         label=f"{label} (avg of {window})")
             else:
-                ax.plot(steps, values, marker="o" if len(values) < len(metrics) else None, markersize=3,
-                        linestyle=style, label=label)
+                sparse = len(values) < 0.9 * len(all_steps)  # logged every N steps: mark each point
+                ax.plot(steps, values, marker="o" if sparse else None, markersize=3, linestyle=style, label=label)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

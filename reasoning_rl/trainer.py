@@ -41,7 +41,7 @@ from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.heldout import evaluate_heldout
 from reasoning_rl.kl_to_base import BaseProbe, forward_kl, sample_probe
 from reasoning_rl.memory import keep_freed_memory, memory_report
-from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics
+from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics, with_heldout_ends
 from reasoning_rl.models import apply_memory_settings, load_model, load_pretrained, set_training
 from reasoning_rl.prompt_sampler import PromptSampler
 from reasoning_rl.rollout import HFEngine, SamplingConfig, make_engine
@@ -244,8 +244,10 @@ class Trainer:
                 summary["eval_before"] = json.loads(before_path.read_text())
                 summary["eval_after"] = after
         if main:
-            plot = plot_training_curves(read_metrics(self.run_dir / "metrics.jsonl"),
-                                        self.run_dir / "reward_curve.png")
+            curves = read_metrics(self.run_dir / "metrics.jsonl")
+            if "eval_after" in summary:  # the held-out panel starts at step 0 and ends after training
+                curves = with_heldout_ends(curves, summary["eval_before"], summary["eval_after"], self.step)
+            plot = plot_training_curves(curves, self.run_dir / "reward_curve.png")
             summary["plot"] = str(plot) if plot else None
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         # Every rank returns rank 0's summary (written, with evaluation and plot), once it is on disk.

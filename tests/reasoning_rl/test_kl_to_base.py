@@ -66,18 +66,41 @@ def test_probe_round_trips_through_its_file(tmp_path):
     assert math.isnan(forward_kl(None, BaseProbe([], [], []), 0, SamplingConfig()))  # no token: NaN, no forward
 
 
-def test_training_logs_kl_to_base_every_n_steps(small_cfg, tmp_path):
-    small_cfg.evaluation.enabled = False
-    small_cfg.evaluation.kl_to_base_every = 2
-    small_cfg.evaluation.kl_to_base_prompts = 2
-    small_cfg.evaluation.kl_to_base_samples = 2
-    trainer = Trainer(small_cfg, tmp_path / "run")
+def _train(cfg, run_dir):
+    trainer = Trainer(cfg, run_dir)
     try:
         trainer.train()
     finally:
         trainer.close()
-    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    return read_metrics(run_dir / "metrics.jsonl")
+
+
+def test_training_logs_kl_to_base_every_n_steps_without_changing_the_run(small_cfg, tmp_path):
+    small_cfg.evaluation.enabled = False
+    plain = _train(small_cfg, tmp_path / "plain")
+    small_cfg.evaluation.kl_to_base_every = 2
+    small_cfg.evaluation.kl_to_base_prompts = 2
+    small_cfg.evaluation.kl_to_base_samples = 2
+    metrics = _train(small_cfg, tmp_path / "run")
     assert [m["step"] for m in metrics if "kl/base_forward" in m] == [2, 4]
     assert all(math.isfinite(m["kl/base_forward"]) for m in metrics if "kl/base_forward" in m)
     probe = BaseProbe.load(tmp_path / "run" / "kl_base_probe.json")
     assert len(probe.completions) == 2 * 2
+    # Measuring changes nothing the run does: the same rollouts and updates with the probe as without.
+    for a, b in zip(plain, metrics):
+        for key in ("reward/mean", "loss/total", "kl/mean", "completion/length_mean"):
+            assert a[key] == b[key], (a["step"], key)
+
+
+def test_resumed_run_measures_against_the_saved_probe(small_cfg, tmp_path):
+    small_cfg.evaluation.enabled = False
+    small_cfg.evaluation.kl_to_base_every = 2
+    small_cfg.evaluation.kl_to_base_prompts = 2
+    small_cfg.evaluation.kl_to_base_samples = 2
+    _train(small_cfg, tmp_path / "run")
+    saved = (tmp_path / "run" / "kl_base_probe.json").read_text()
+    small_cfg.trainer.resume = True
+    small_cfg.trainer.steps = 6
+    metrics = _train(small_cfg, tmp_path / "run")
+    assert [m["step"] for m in metrics if "kl/base_forward" in m] == [2, 4, 6]
+    assert (tmp_path / "run" / "kl_base_probe.json").read_text() == saved  # pi_0 stays the first start's

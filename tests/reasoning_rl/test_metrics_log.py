@@ -1,6 +1,6 @@
 """reward_curve.png: one panel per group of metrics the run logged (reasoning_rl.metrics_log)."""
 
-from reasoning_rl.metrics_log import DASHBOARD, dashboard_panels, plot_training_curves
+from reasoning_rl.metrics_log import DASHBOARD, dashboard_panels, plot_training_curves, with_heldout_ends
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -40,3 +40,16 @@ def test_full_run_is_drawn_and_nothing_known_means_no_file(tmp_path):
     assert plot_training_curves([{"step": 1, "made/up": 1.0}], tmp_path / "b.png") is None
     assert not (tmp_path / "b.png").exists()
     assert len({p.title for p in DASHBOARD}) == len(DASHBOARD)
+
+
+def test_heldout_before_and_after_become_the_panels_ends():
+    metrics = [{"step": 1, "reward/mean": 0.0}, {"step": 2, "reward/mean": 0.5, "eval/greedy_accuracy": 0.4}]
+    before, after = {"greedy_accuracy": 0.1}, {"greedy_accuracy": 0.4}
+    # evaluation.every logged step 2 already: only the before row (step 0) is added
+    assert with_heldout_ends(metrics, before, after, last_step=2) == [
+        {"step": 0, "eval/greedy_accuracy": 0.1}, *metrics]
+    # without evaluation.every: before at 0 and after at the last step
+    plain = [{"step": 1, "reward/mean": 0.0}, {"step": 2, "reward/mean": 0.5}]
+    rows = with_heldout_ends(plain, before, after, last_step=2)
+    assert [(m["step"], m.get("eval/greedy_accuracy")) for m in rows] == [(0, 0.1), (1, None), (2, None), (2, 0.4)]
+    assert [t for t, _ in dashboard_panels(rows)] == ["reward and train accuracy", "held-out accuracy"]
