@@ -92,3 +92,16 @@ def test_math_verify_missing_says_how_to_install(shared_data_dir: Path, tmp_path
     with pytest.raises(GraderError, match=r"'math_verify' cannot be built.*pip install"):
         evaluate_with(["ours", "math-verify"], samples, shared_data_dir, tmp_path / "out")
     assert not (tmp_path / "out").exists()  # refused before anything was scored or written
+
+
+def test_a_results_cache_is_regraded_as_a_samples_file(shared_data_dir: Path, tmp_path: Path,
+                                                        has_math_verifier: bool) -> None:
+    """An evaluation's problems.jsonl (task_id + completions) re-grades without generating again."""
+    if not has_math_verifier:
+        pytest.skip("rewards.math is not importable")
+    samples = write_samples(tmp_path / "s.jsonl", ["$\\boxed{1}$", "It is $p - q$", "$\\boxed{\\frac{14}{3}}$"])
+    first = evaluate_with([], samples, shared_data_dir, tmp_path / "out")
+    cache = next((tmp_path / "out").glob("**/problems.jsonl"))
+    again = evaluate_with(["ours", "strict"], cache, shared_data_dir, tmp_path / "out2")
+    assert again["metrics"]["accuracy"] == first["metrics"]["accuracy"]  # 2 of 3
+    assert again["grader_sensitivity"]["vs_ours"]["strict"]["ours_pass_theirs_fail"] == 1  # "It is $p - q$"
