@@ -73,9 +73,9 @@ def build_graders(names: Sequence[str], spec: DatasetDefinition, overrides: Mapp
     return graders
 
 
-def _verdict(result: Any) -> dict[str, Any]:
-    return {"correct": is_correct(result.score, result.status), "status": result.status,
-            "answer": extracted_answer(result.info)}
+def _verdict(score: float | None, status: str, info: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Correct or not (the benchmark's rule), the status and the extracted answer of one scored sample."""
+    return {"correct": is_correct(score, status), "status": status, "answer": extracted_answer(info)}
 
 
 def _accuracy(verdicts: Sequence[Sequence[dict[str, Any]]]) -> dict[str, Any]:
@@ -93,8 +93,7 @@ def grader_sensitivity(graders: Sequence[Grader], problems: Sequence[Problem], r
     ``ours_fail_theirs_pass``, ``disagree_rate`` over samples: the audit's names), ``unscored``
     per grader (samples not scored ``ok``) and up to ``max_examples`` disagreeing samples.
     """
-    ours = [[{"correct": is_correct(v["score"], v["status"]), "status": v["status"],
-              "answer": extracted_answer(v.get("info"))} for v in r["verdicts"]] for r in records]
+    ours = [[_verdict(v["score"], v["status"], v.get("info")) for v in r["verdicts"]] for r in records]
     by_grader = {graders[0].name: ours}
     items = [(i, j) for i, r in enumerate(records) for j in range(len(r["completions"]))]
     for g in graders[1:]:
@@ -103,7 +102,7 @@ def grader_sensitivity(graders: Sequence[Grader], problems: Sequence[Problem], r
                        timeout=timeout, pool=pool)
         verdicts: list[list[dict[str, Any]]] = [[] for _ in records]
         for (i, _), result in zip(items, graded.batch.results):
-            verdicts[i].append(_verdict(result))
+            verdicts[i].append(_verdict(result.score, result.status, result.info))
         by_grader[g.name] = verdicts
     names = list(by_grader)
     disagree_samples, problems_with, examples = 0, set(), []

@@ -85,16 +85,16 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _finite(metrics: list[dict[str, Any]], key: str) -> list[float]:
+    return [m[key] for m in metrics if isinstance(m.get(key), (int, float)) and math.isfinite(m[key])]
+
+
 def _tail_mean(metrics: list[dict[str, Any]], key: str) -> float | None:
     values = _finite(metrics, key)
     if not values:
         return None
     tail = values[-max(1, len(values) // 10):]
     return sum(tail) / len(tail)
-
-
-def _finite(metrics: list[dict[str, Any]], key: str) -> list[float]:
-    return [m[key] for m in metrics if isinstance(m.get(key), (int, float)) and math.isfinite(m[key])]
 
 
 def _audit(metrics: list[dict[str, Any]]) -> dict[str, Any]:
