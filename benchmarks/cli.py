@@ -3,6 +3,7 @@
     reasoning-rl-eval benchmark=gsm8k model=<checkpoint dir> data_dir=/work/shared/data limit=20
     reasoning-rl-eval benchmark=humaneval samples=<canonical.jsonl> allow_code_execution=true
     reasoning-rl-eval benchmark=math500 run_dir=<training run> n=4 k=[1,4] temperature=0.6
+    reasoning-rl-eval benchmark=math500 samples=<file.jsonl> graders=[ours,strict]   # grader sensitivity
 
 The config schema, with a docstring per key, is :class:`benchmarks.config.EvalConfig`;
 the defaults are in ``conf/eval.yaml``.
