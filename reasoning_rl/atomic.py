@@ -79,3 +79,25 @@ def atomic_directory_write(final: str | Path, write: Callable[[Path], None]) -> 
         raise
     shutil.rmtree(old)
     return final
+
+
+def recover_directory_writes(parent: str | Path, prefix: str = "") -> list[str]:
+    """Tidy what killed :func:`atomic_directory_write` calls left in ``parent`` (for folder names
+    starting with ``prefix``): a ``.<name>.tmp`` is a write that never finished and is removed; a
+    ``.<name>.old`` without ``<name>`` is a complete folder set aside by a call killed between its
+    two renames, and is put back. Returns what was done, one line each, for the log."""
+    parent, done = Path(parent), []
+    if not parent.is_dir():
+        return done
+    for path in sorted(parent.iterdir()):
+        name = path.name
+        if not (path.is_dir() and name.startswith(f".{prefix}")):
+            continue
+        if name.endswith(".tmp"):
+            shutil.rmtree(path)
+            done.append(f"removed the unfinished write {path}")
+        elif name.endswith(".old") and not (final := parent / name[1:-len(".old")]).exists():
+            os.replace(path, final)
+            done.append(f"restored {final} from {path}")
+    return done
+

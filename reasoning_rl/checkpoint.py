@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from reasoning_rl import distributed
-from reasoning_rl.atomic import atomic_directory_write
+from reasoning_rl.atomic import atomic_directory_write, recover_directory_writes
 from reasoning_rl.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -248,6 +248,8 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
     what is wrong, and so is the one used instead; one without a manifest (written before
     manifests existed) is used after its structural checks, with a warning that its contents
     cannot be verified. Checkpoints exist but none is intact: :class:`CheckpointError`."""
+    for line in recover_directory_writes(run_dir, prefix="checkpoint-"):  # what a killed run left
+        log.warning("resume: %s", line)
     candidates = list_checkpoints(run_dir)
     skipped: dict[str, str] = {}  # name -> what is wrong
     for folder in reversed(candidates):

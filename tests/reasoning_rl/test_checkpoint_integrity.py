@@ -81,6 +81,21 @@ def test_resume_skips_corrupt_newest_checkpoints_and_says_so(run_dir: Path, capl
         "checkpoint-6, checkpoint-4" in text
 
 
+def test_resume_tidies_what_a_killed_checkpoint_write_left(run_dir: Path, caplog) -> None:
+    """A SIGKILL mid-write leaves .checkpoint-8.tmp (unfinished: removed); a kill between the two
+    renames that replace checkpoint-6 leaves only .checkpoint-6.old (complete: put back and used)."""
+    (run_dir / ".checkpoint-8.tmp").mkdir()
+    (run_dir / ".checkpoint-8.tmp" / "model.safetensors").write_bytes(b"half")
+    (run_dir / "checkpoint-6").rename(run_dir / ".checkpoint-6.old")
+    (run_dir / ".other.tmp").mkdir()  # not a checkpoint's: left alone
+    with caplog.at_level(logging.WARNING, logger="reasoning_rl.checkpoint"):
+        assert ckpt.resume_checkpoint(run_dir) == run_dir / "checkpoint-6"
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == [".other.tmp"]
+    assert f"removed the unfinished write {run_dir / '.checkpoint-8.tmp'}" in caplog.text
+    assert f"restored {run_dir / 'checkpoint-6'} from {run_dir / '.checkpoint-6.old'}" in caplog.text
+    assert ckpt.checkpoint_problem(run_dir / "checkpoint-6") is None
+
+
 def test_resume_with_no_intact_checkpoint_is_a_user_error(run_dir: Path) -> None:
     for step in (2, 4, 6):
         flip_a_byte(run_dir / f"checkpoint-{step}" / ckpt.STATE_FILE)
