@@ -180,8 +180,8 @@ def validate(cfg: EvalConfig) -> None:
         problems.append(f"k={too_large} needs at least k samples per problem, but n={cfg.n}: "
                         f"raise n to {max(too_large)} or drop those k")
     if cfg.tensor_parallel_size > 1 and cfg.backend == "hf":
-        problems.append(f"tensor_parallel_size={cfg.tensor_parallel_size} shards the model over GPUs with vLLM; "
-                        "set backend=vllm (or auto on a GPU machine with the vllm extra) or tensor_parallel_size=1")
+        problems.append(f"tensor_parallel_size={cfg.tensor_parallel_size} shards the model over GPUs with vLLM, "
+                        "which backend=hf cannot do; set backend=vllm (or auto on a GPU machine with the vllm extra) or tensor_parallel_size=1")
     if cfg.backend not in BACKENDS:
         problems.append(f"backend={cfg.backend!r} is unknown; choose one of {', '.join(BACKENDS)}")
     if problems:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.config import EvalConfig
+from benchmarks.config import EvalConfig, validate
 from benchmarks.evaluate import (
     RESULTS_FILE,
     EngineSource,
@@ -261,19 +261,10 @@ def vllm_settings(cfg: EvalConfig) -> dict[str, Any]:
 
 
 def run(cfg: EvalConfig) -> list[dict[str, Any]]:
-    """Run the invocation described by ``cfg``; return the results dicts (empty when only writing samples)."""
-    modes = [k for k in ("model_name_or_path", "samples", "run_dir", "write_reference_samples") if getattr(cfg, k)]
-    if len(modes) != 1:
-        raise EvalRequestError(
-            "say what to evaluate with exactly one of model=<checkpoint or HF name>, samples=<file.jsonl>, "
-            f"run_dir=<training run folder> or write_reference_samples=<folder>; got {modes or 'none'}"
-        )
+    """Run the invocation described by ``cfg``; return the results dicts (empty when only writing samples).
+    The settings are checked first (:func:`benchmarks.config.validate`: one mode, k <= n, ...)."""
+    validate(cfg)
     specs = [get_definition(n, kind="benchmark") for n in benchmark_names(cfg.benchmark)]
-    if cfg.data_files and len(specs) > 1:
-        raise EvalRequestError("data_files= names one file, so it needs a single benchmark; use data_dir= for several")
-    bad_k = [k for k in cfg.k if k > cfg.n] if not cfg.samples else []
-    if bad_k:
-        raise EvalRequestError(f"k={bad_k} needs n >= k samples per problem, but n={cfg.n}")
     evaluator = Evaluator(cfg)
 
     if cfg.write_reference_samples:
@@ -290,8 +281,6 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
         build_graders(cfg.graders, spec, dict(cfg.verifier_options))
     results: list[dict[str, Any]] = []
     if cfg.samples:
-        if len(specs) > 1:
-            raise EvalRequestError("a samples file belongs to one benchmark; pass a single benchmark= with samples=")
         results.append(evaluator.run_samples(specs[0], cfg.samples))
     elif cfg.model_name_or_path:
         from benchmarks.generation import load_engine

@@ -102,10 +102,10 @@ def test_prompts_fewshot_and_chat_template(shared_data_dir: Path) -> None:
 
 
 def test_exactly_one_thing_to_evaluate(tmp_path: Path) -> None:
-    from benchmarks.runner import EvalRequestError
+    from reasoning_rl.config import ConfigError
     from reasoning_rl.errors import UserError
 
-    with pytest.raises(EvalRequestError, match="exactly one of model=") as err:
+    with pytest.raises(ConfigError, match="exactly one of model=") as err:
         run(EvalConfig(benchmark="gsm8k", output_dir=str(tmp_path)))
     assert isinstance(err.value, UserError)
 
