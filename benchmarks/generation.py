@@ -38,7 +38,7 @@ class LazyEngine:
 
 def load_tokenizer(model: str) -> Any:
     """The model's tokenizer alone (for prompts and the chat template); cheap next to the weights."""
-    from reasoning_rl.models import load_tokenizer as load
+    from reasoning_rl.policy.loading import load_tokenizer as load
 
     return load(model)
 
@@ -100,7 +100,7 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
     (``auto``: :func:`resolve_backend`); ``vllm``: the settings of :func:`vllm_options`
     (``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``), checked here.
     Both backends generate in ``dtype`` from the same tokenization, so greedy completions agree
-    (:class:`reasoning_rl.rollout_vllm.VLLMCheckpointEngine`).
+    (:class:`reasoning_rl.policy.vllm.VLLMCheckpointEngine`).
 
     The engine loads the weights when it is first asked to generate.
     """
@@ -110,14 +110,14 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
     llm_options = vllm_options(backend, **(vllm or {}))
     if backend == "hf":
         def build() -> Any:
-            from reasoning_rl.models import load_pretrained, resolve_device
+            from reasoning_rl.policy.loading import load_pretrained, resolve_device
             from reasoning_rl.rollout import HFEngine
 
             model_obj, tokenizer = load_pretrained(model, device=str(resolve_device(device)), dtype=dtype)
             return HFEngine(model_obj, tokenizer, batch_size=batch_size)
     elif backend == "vllm":
         def build() -> Any:
-            from reasoning_rl.rollout_vllm import VLLMCheckpointEngine
+            from reasoning_rl.policy.vllm import VLLMCheckpointEngine
 
             return VLLMCheckpointEngine(model, dtype=dtype, seed=seed, **llm_options)
     else:

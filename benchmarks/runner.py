@@ -336,7 +336,7 @@ def run_sweep(evaluator: Evaluator, specs: Sequence[DatasetDefinition]) -> list[
 def check_model_folder(model: str) -> None:
     """A local model folder must be intact (:func:`reasoning_rl.checkpoint.check_checkpoint`: its manifest,
     or the structural checks of a plain folder) before anything is loaded; hub names pass through."""
-    from reasoning_rl.models import local_model_path
+    from reasoning_rl.policy.loading import local_model_path
 
     try:
         folder = local_model_path(model)

@@ -29,7 +29,7 @@ from reasoning_rl.config_checks import (
     unknown_keys,
 )
 from reasoning_rl.errors import UserError
-from reasoning_rl.models import TINY, ModelConfig
+from reasoning_rl.policy.loading import TINY, ModelConfig
 from reasoning_rl.tasks import TaskConfig
 
 
@@ -39,7 +39,7 @@ class RolloutConfig:
 
     backend: str = "hf"
     """hf (transformers generate), native (our decode loop) or vllm (optional extra, GPU;
-    reasoning_rl/rollout_vllm.py, docs/scaling.md)."""
+    reasoning_rl/policy/vllm.py, docs/scaling.md)."""
     temperature: float = 1.0
     """Sampling temperature (also applied to the training log-probs)."""
     top_p: float = 1.0
@@ -109,7 +109,7 @@ class TrainerConfig:
     shared_prompt_forward: bool = True
     """Encode each group's prompt once in the policy and reference forward passes and
     reuse its key/value cache for the G completions (exact: same log-probs and gradients;
-    reasoning_rl.logprobs). false = every row runs prompt + completion in full."""
+    reasoning_rl.policy.logprobs). false = every row runs prompt + completion in full."""
     fsdp: bool = False
     """Under torchrun, shard the policy and the reference over the ranks with PyTorch's FSDP2 (one
     unit per decoder layer plus the root) instead of holding a whole copy on each: for models whose

@@ -3,7 +3,7 @@
 ``transformers`` and ``datasets`` report an unreachable hub (no network, or ``HF_HUB_OFFLINE=1``
 with nothing cached) as an ``OSError`` whose cause chain holds ``huggingface_hub``'s
 ``LocalEntryNotFoundError`` / ``OfflineModeIsEnabled`` or a connection error of the HTTP
-client. Model loading (:mod:`reasoning_rl.models`) and dataset loading
+client. Model loading (:mod:`reasoning_rl.policy.loading`) and dataset loading
 (:mod:`reasoning_rl.tasks.data`) turn those into one line naming the hub name and the local
 alternative, instead of a traceback.
 """

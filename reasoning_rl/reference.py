@@ -12,8 +12,8 @@ from typing import Any
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
 from reasoning_rl.atomic import atomic_directory_write
-from reasoning_rl.lm_head import chunk_of, set_chunk
-from reasoning_rl.models import load_pretrained
+from reasoning_rl.policy.lm_head import chunk_of, set_chunk
+from reasoning_rl.policy.loading import load_pretrained
 
 
 def frozen_reference(ctx: RunContext) -> Any:

@@ -3,7 +3,7 @@
 An engine turns ``prompts`` into ``n`` completions each. Training and evaluation
 use the same engines. This module holds the Hugging Face ``generate`` backend (any
 causal LM, CPU or GPU) and our decode loop over the same model; the vLLM training
-backend (``reasoning_rl/rollout_vllm.py``) plugs in behind the same ``generate``
+backend (``reasoning_rl/policy/vllm.py``) plugs in behind the same ``generate``
 signature (see :func:`make_engine`).
 
 Every engine knows the policy version it samples from (``policy_version``: the number of
@@ -100,7 +100,7 @@ class HFEngine:
     ) -> list[list[Completion]]:
         """``n`` completions for each prompt, grouped per prompt, in prompt order."""
         from reasoning_rl.distributed import rank_seed
-        from reasoning_rl.models import set_training
+        from reasoning_rl.policy.loading import set_training
 
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -185,14 +185,14 @@ class NativeEngine(HFEngine):
 
     The prompt is run once (prefill, with the positions of left-padded rows counted from each
     row's first real token, as ``generate`` does), then one forward per new token against the
-    key/value cache. For Llama and Qwen2 models that forward is :class:`reasoning_rl.decode.LeanDecoder`
+    key/value cache. For Llama and Qwen2 models that forward is :class:`reasoning_rl.policy.lean.LeanDecoder`
     (a few tensor ops per layer on the model's own parameters, a preallocated cache, RoPE's
     cos/sin for all positions computed once); any other model runs its own modules, with what
     ``generate`` re-does every step done once (one preallocated ``[B, P + T]`` attention mask,
     sliced per step; every step's position ids as one ``[B, T]`` tensor). Neither path has logits
     processors, stopping-criteria objects or per-step ``model_kwargs`` updates. Sampling is in
     the loop with ``generate``'s semantics (logits / T, the top-k then top-p support of
-    :func:`reasoning_rl.logprobs.sampling_support`, one draw from the renormalised softmax by
+    :func:`reasoning_rl.policy.logprobs.sampling_support`, one draw from the renormalised softmax by
     :func:`inverse_cdf_sample`; greedy = argmax), and the loop stops as soon as every row has
     produced EOS. Runs under ``torch.inference_mode``. ``lean=False`` forces the module path.
     """
@@ -203,21 +203,21 @@ class NativeEngine(HFEngine):
 
     def _rows_per_batch(self, n: int) -> int:
         """``batch_size`` rounded down to whole groups of ``n`` (when it holds one): the lean
-        decoder keeps one prompt cache per group (:func:`reasoning_rl.decode.group_size`), and a
+        decoder keeps one prompt cache per group (:func:`reasoning_rl.policy.lean.group_size`), and a
         batch that cuts a group in two would share none."""
         return self.batch_size // n * n if self.batch_size >= n else self.batch_size
 
     def _needs_eval_mode(self) -> bool:
         """Not for the lean decoder: it reads the weights and has no dropout in either mode, so
         the policy stays in training mode (switching costs a walk over every module)."""
-        from reasoning_rl.decode import lean_decoder_support
+        from reasoning_rl.policy.lean import lean_decoder_support
 
         return not (self.lean and lean_decoder_support(self.model) is None)
 
     @torch.inference_mode()
     def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingConfig,
                 generate_kwargs: dict[str, Any]) -> torch.Tensor:
-        from reasoning_rl.decode import LeanDecoder, lean_decoder_support
+        from reasoning_rl.policy.lean import LeanDecoder, lean_decoder_support
 
         b, steps = input_ids.shape[0], sampling.max_new_tokens
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
@@ -232,7 +232,7 @@ class NativeEngine(HFEngine):
 
     def _decode(self, stepper: Any, b: int, steps: int, eos: int, pad: int, sampling: SamplingConfig,
                 input_ids: torch.Tensor) -> torch.Tensor:
-        from reasoning_rl.logprobs import sampling_support
+        from reasoning_rl.policy.logprobs import sampling_support
 
         out = torch.full((b, steps), pad, dtype=input_ids.dtype, device=input_ids.device)  # [B, T]
         finished = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
@@ -272,7 +272,7 @@ def inverse_cdf_sample(probs: torch.Tensor) -> torch.Tensor:
 
 
 class _LeanStepper:
-    """Next-token logits from :class:`reasoning_rl.decode.LeanDecoder`."""
+    """Next-token logits from :class:`reasoning_rl.policy.lean.LeanDecoder`."""
 
     def __init__(self, decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> None:
         self.decoder = decoder
@@ -286,7 +286,7 @@ class _ModuleStepper:
     """Next-token logits from the model's own forward against its key/value cache."""
 
     def __init__(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> None:
-        from reasoning_rl.logprobs import cache_argument
+        from reasoning_rl.policy.logprobs import cache_argument
 
         b, p = input_ids.shape
         self.model, self.prompt_len, self.t = model, p, 0
@@ -350,14 +350,14 @@ def make_engine(backend: str, model: Any, tokenizer: Any, batch_size: int = 64, 
                 workdir: Any = None, seed: int = 0) -> RolloutEngine:
     """Training rollout engine for an in-memory policy: ``hf`` (transformers generate),
     ``native`` (:class:`NativeEngine`, our decode loop: same distribution, less per-token work) or
-    ``vllm`` (:class:`reasoning_rl.rollout_vllm.VLLMRolloutEngine`, colocated on the trainer's GPU,
+    ``vllm`` (:class:`reasoning_rl.policy.vllm.VLLMRolloutEngine`, colocated on the trainer's GPU,
     built from ``rollout``'s ``vllm_*`` settings; ``workdir`` holds the config it starts from)."""
     if backend == "hf":
         return HFEngine(model, tokenizer, batch_size=batch_size)
     if backend == "native":
         return NativeEngine(model, tokenizer, batch_size=batch_size)
     if backend == "vllm":
-        from reasoning_rl.rollout_vllm import VLLMRolloutEngine
+        from reasoning_rl.policy.vllm import VLLMRolloutEngine
 
         if rollout is None or workdir is None:
             raise ValueError("rollout.backend=vllm needs the rollout settings and a work folder")

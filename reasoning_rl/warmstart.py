@@ -20,7 +20,7 @@ import torch
 from reasoning_rl.batching import pack
 from reasoning_rl.config import WarmStartConfig
 from reasoning_rl.heldout import accuracy_of
-from reasoning_rl.logprobs import completion_logprobs
+from reasoning_rl.policy.logprobs import completion_logprobs
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks import Example
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from benchmarks.perf.results import BenchResult, run_and_record
 
-# Model shapes (reasoning_rl.models.TinyModelConfig, Llama-style, character vocabulary).
+# Model shapes (reasoning_rl.policy.loading.TinyModelConfig, Llama-style, character vocabulary).
 SIZES: dict[str, dict[str, int]] = {
     "tiny": {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "intermediate_size": 512},
     # 12 x (4 x 768^2 attention + 3 x 768 x 2560 MLP) = 99M parameters (+ embeddings)

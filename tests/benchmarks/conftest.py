@@ -96,9 +96,9 @@ def fake_engine() -> type[FakeEngine]:
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A training-run folder with two tiny checkpoints (``checkpoint-5``, ``checkpoint-10``) and config.yaml."""
-    models = pytest.importorskip("reasoning_rl.models")
+    models = pytest.importorskip("reasoning_rl.policy.loading")
     if not hasattr(models, "build_tiny_model"):
-        pytest.skip("reasoning_rl.models.build_tiny_model is not available yet")
+        pytest.skip("reasoning_rl.policy.loading.build_tiny_model is not available yet")
     run = tmp_path_factory.mktemp("run")
     for step in (5, 10):
         cfg = models.TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, init_seed=step)

@@ -15,7 +15,7 @@ from benchmarks.config import EvalConfig
 from benchmarks.runner import run
 from reasoning_rl.checkpoint import PROMPTING_FILE
 from reasoning_rl.config import TrainConfig
-from reasoning_rl.models import TinyModelConfig
+from reasoning_rl.policy.loading import TinyModelConfig
 from reasoning_rl.rollout import SamplingConfig
 from reasoning_rl.trainer import Trainer
 

@@ -149,7 +149,7 @@ def test_checkpoint_sweep_writes_table_and_plot(tiny_run: Path, tmp_path: Path, 
     def no_loading(*args, **kwargs):
         raise AssertionError("a fully cached re-run must not load the model")
 
-    monkeypatch.setattr("reasoning_rl.models.load_pretrained", no_loading)
+    monkeypatch.setattr("reasoning_rl.policy.loading.load_pretrained", no_loading)
     again = run(config)
     assert [(r["this_run"]["problems_generated"], r["this_run"]["samples_scored"]) for r in again] == [(0, 0)] * 2
     assert [r["metrics"] for r in again] == [r["metrics"] for r in results]

@@ -46,10 +46,10 @@ class _StandInEngine:
 
 
 def test_tensor_parallel_size_reaches_the_vllm_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    import reasoning_rl.rollout_vllm
+    import reasoning_rl.policy.vllm
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace())  # require_vllm imports it
-    monkeypatch.setattr(reasoning_rl.rollout_vllm, "VLLMCheckpointEngine", _StandInEngine)
+    monkeypatch.setattr(reasoning_rl.policy.vllm, "VLLMCheckpointEngine", _StandInEngine)
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
     monkeypatch.setattr("benchmarks.generation.load_tokenizer", lambda model: "tokenizer")

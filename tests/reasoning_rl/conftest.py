@@ -3,7 +3,7 @@
 import pytest
 
 from reasoning_rl.config import TrainConfig
-from reasoning_rl.models import TinyModelConfig
+from reasoning_rl.policy.loading import TinyModelConfig
 
 
 def tiny_config(steps: int = 4) -> TrainConfig:
@@ -83,7 +83,7 @@ def resume_matches_uninterrupted_run():
                 if key.startswith(("time/", "throughput/")) or value is None:
                     continue
                 # Bit for bit: the resumed run computes on the same values at the same alignment
-                # (reasoning_rl.models.align_tensors), so nothing may differ, not even rounding.
+                # (reasoning_rl.policy.loading.align_tensors), so nothing may differ, not even rounding.
                 assert b[key] == value, (a["step"], key, value, b[key])
         return full
 

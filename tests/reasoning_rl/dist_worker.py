@@ -18,7 +18,7 @@ import torch
 from reasoning_rl import checkpoint as ckpt
 from reasoning_rl import distributed
 from reasoning_rl.config import TrainConfig
-from reasoning_rl.models import TinyModelConfig
+from reasoning_rl.policy.loading import TinyModelConfig
 from reasoning_rl.rollout import Completion
 from rewards.compose import RewardSpec
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from reasoning_rl import distributed
-from reasoning_rl.models import build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.rollout import HFEngine, SamplingConfig
 
 

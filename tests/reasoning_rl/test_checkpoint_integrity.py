@@ -14,7 +14,7 @@ import pytest
 
 from reasoning_rl import checkpoint as ckpt
 from reasoning_rl.errors import UserError
-from reasoning_rl.models import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 
 
 def save(run_dir: Path, step: int) -> Path:

@@ -21,7 +21,7 @@ from reasoning_rl.algo.losses import LossNormalizer
 from reasoning_rl.checkpoint import STATE_FILE, list_checkpoints
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.metrics_log import read_metrics
-from reasoning_rl.models import load_pretrained
+from reasoning_rl.policy.loading import load_pretrained
 from reasoning_rl.optim import clip_and_measure
 from reasoning_rl.prompt_sampler import PromptSampler
 from reasoning_rl.trainer import check_world_size

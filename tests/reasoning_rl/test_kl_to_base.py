@@ -8,7 +8,7 @@ import torch
 
 from reasoning_rl.kl_to_base import BaseProbe, forward_kl, sample_probe
 from reasoning_rl.metrics_log import read_metrics
-from reasoning_rl.models import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.rollout import HFEngine, SamplingConfig
 from reasoning_rl.trainer import Trainer
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from reasoning_rl.lm_head import (
+from reasoning_rl.policy.lm_head import (
     AUTO_CHUNK_LOGITS,
     AUTO_MIN_VOCAB,
     LMHeadChunkError,
@@ -142,12 +142,12 @@ def test_resolve_chunk_names_the_bad_setting(setting):
 
 
 def test_load_model_records_the_chunk_and_turns_checkpointing_on(caplog):
-    from reasoning_rl.lm_head import chunk_of
-    from reasoning_rl.logprobs import checkpointing_enabled
-    from reasoning_rl.models import ModelConfig, TinyModelConfig, load_model
+    from reasoning_rl.policy.lm_head import chunk_of
+    from reasoning_rl.policy.logprobs import checkpointing_enabled
+    from reasoning_rl.policy.loading import ModelConfig, TinyModelConfig, load_model
 
     tiny = TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32)
-    with caplog.at_level("INFO", logger="reasoning_rl.models"):
+    with caplog.at_level("INFO", logger="reasoning_rl.policy.loading"):
         model, _ = load_model(ModelConfig(tiny=tiny, lm_head_chunk="16", gradient_checkpointing=True, device="cpu"))
     assert chunk_of(model) == 16 and checkpointing_enabled(model)
     assert "LM head: 16 positions a chunk (set); gradient checkpointing on" in caplog.text

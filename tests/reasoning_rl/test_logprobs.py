@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from reasoning_rl.batching import pack
-from reasoning_rl.decode import lean_decoder_support
-from reasoning_rl.logprobs import completion_logprobs, selective_log_softmax
-from reasoning_rl.models import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.lean import lean_decoder_support
+from reasoning_rl.policy.logprobs import completion_logprobs, selective_log_softmax
+from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 
 
 def _model(arch):
@@ -224,7 +224,7 @@ def test_padded_positions_are_zero_whatever_the_pad_logit(group_size):
 def test_sampling_support_is_what_transformers_samples_from(top_k, top_p):
     from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
-    from reasoning_rl.logprobs import sampling_support
+    from reasoning_rl.policy.logprobs import sampling_support
 
     torch.manual_seed(0)
     scores = torch.randn(6, 40) * 3

@@ -4,7 +4,7 @@ Switching modes only when the mode changes."""
 
 import torch
 
-from reasoning_rl.models import (
+from reasoning_rl.policy.loading import (
     ALIGNMENT_BYTES,
     TinyModelConfig,
     align_tensors,

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from reasoning_rl.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
+from reasoning_rl.policy.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
 from reasoning_rl.hub import hub_unreachable
-from reasoning_rl.models import ModelConfig, load_pretrained
+from reasoning_rl.policy.loading import ModelConfig, load_pretrained
 from reasoning_rl.tasks.data import TaskDataError, load_problems
 from reasoning_rl.tasks.definition import get_definition
 
@@ -104,7 +104,7 @@ def test_smollm2_converts_once_and_chats():
 
     from reasoning_rl.cli import to_train_config
     from reasoning_rl.config import register_configs
-    from reasoning_rl.models import load_model
+    from reasoning_rl.policy.loading import load_model
 
     register_configs()
     with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):

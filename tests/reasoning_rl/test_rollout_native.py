@@ -4,7 +4,7 @@ distribution (the loop's next-token logits equal a full forward's), early exit, 
 import pytest
 import torch
 
-from reasoning_rl.models import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.rollout import HFEngine, NativeEngine, SamplingConfig, inverse_cdf_sample, make_engine
 
 PROMPTS = ["What is 3 + 4? Answer: ", "What is 13 + 14? Answer: ", "1+2="]  # different lengths: left padding

@@ -1,4 +1,4 @@
-"""The vLLM training backend (reasoning_rl/rollout_vllm.py), everything around the engine with a
+"""The vLLM training backend (reasoning_rl/policy/vllm.py), everything around the engine with a
 fake ``LLM`` that holds its own copy of the policy, as vLLM does: weight names, in-place sync,
 version tags, per-prompt seeds, the log-prob mismatch, sleep/wake order, sleep mode and engine
 options by platform, timeouts, the config. The same behaviour with the real engine, on whatever
@@ -19,10 +19,10 @@ import torch
 import yaml
 
 from reasoning_rl.config import ConfigError, RolloutConfig
-from reasoning_rl.logprobs import frozen_logprobs
-from reasoning_rl.models import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.logprobs import frozen_logprobs
+from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.rollout import HFEngine, SamplingConfig, make_engine
-from reasoning_rl.rollout_vllm import (
+from reasoning_rl.policy.vllm import (
     Platform,
     VLLMRolloutEngine,
     call_with_timeout,

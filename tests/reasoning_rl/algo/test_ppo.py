@@ -20,7 +20,7 @@ from reasoning_rl.checkpoint import latest_checkpoint, list_checkpoints, load_tr
 from reasoning_rl.cli import to_train_config
 from reasoning_rl.config import TrainConfig, register_configs, validate
 from reasoning_rl.metrics_log import read_metrics
-from reasoning_rl.models import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.trainer import Trainer
 from rewards.compose import RewardSpec
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, documented_for, undocumented

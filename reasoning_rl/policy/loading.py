@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from reasoning_rl.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
+from reasoning_rl.policy.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
 from reasoning_rl.hub import first_line, hub_unreachable
-from reasoning_rl.lm_head import describe_chunk, resolve_chunk, set_chunk
+from reasoning_rl.policy.lm_head import describe_chunk, resolve_chunk, set_chunk
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +79,14 @@ class ModelConfig:
     only every layer's input (saves most activation memory, costs one more forward; docs/models.md)."""
     lm_head_chunk: str = "auto"
     """Training log-probs apply the LM head this many completion positions at a time and recompute
-    it in the backward, so no full-vocabulary tensor is held beyond one chunk (reasoning_rl.lm_head):
+    it in the backward, so no full-vocabulary tensor is held beyond one chunk (reasoning_rl.policy.lm_head):
     ``auto`` (off below a 4,096-token vocabulary, else 2^25 / vocabulary positions), ``0`` (off:
     full logits) or a number of positions. Llama and Qwen2 models; others compute full logits."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Shape of the tiny model; ignored for other models."""
     gguf: GGUFSourceConfig = field(default_factory=GGUFSourceConfig)
     """A GGUF file inside an installed package (``gguf.package`` set): converted once into
-    ``<gguf.cache_dir>/<name_or_path>/`` and loaded from there (reasoning_rl.gguf_cache)."""
+    ``<gguf.cache_dir>/<name_or_path>/`` and loaded from there (reasoning_rl.policy.gguf_cache)."""
 
 
 def resolve_device(device: str) -> torch.device:

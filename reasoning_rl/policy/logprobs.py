@@ -2,9 +2,9 @@
 
     log pi(y_t | x, y_<t) = z_{t, y_t} / T - logsumexp_v(z_{t, v} / T)
 
-Llama and Qwen2 models (the lean forward, ``reasoning_rl.decode``) compute it from the last
+Llama and Qwen2 models (the lean forward, ``reasoning_rl.policy.lean``) compute it from the last
 hidden states of the real completion positions with the LM head applied a chunk of positions
-at a time and recomputed in the backward (``reasoning_rl.lm_head``): no ``[B, L, V]`` tensor.
+at a time and recomputed in the backward (``reasoning_rl.policy.lm_head``): no ``[B, L, V]`` tensor.
 With chunking off (``model.lm_head_chunk: 0``, or ``auto`` for a small vocabulary), and for
 other models, the full logits are computed and gathering the chosen logit and subtracting the
 row's logsumexp needs one ``[B, L]`` result instead of a second ``[B, L, V]`` tensor (what
@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from reasoning_rl.batching import pack
-from reasoning_rl.decode import completion_hidden, lean_decoder_support
-from reasoning_rl.lm_head import chunk_of, sampling_support, token_logprobs
+from reasoning_rl.policy.lean import completion_hidden, lean_decoder_support
+from reasoning_rl.policy.lm_head import chunk_of, sampling_support, token_logprobs
 
 
 def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor, chunk_rows: int | None = None,
@@ -70,9 +70,9 @@ def completion_logprobs(
     ``group_size=G > 1`` says rows ``i*G .. i*G+G-1`` share one prompt (a GRPO group):
     each prompt then goes through the model once instead of G times (same numbers,
     gradients included; see ``_shared_prompt_logits``). Llama and Qwen2 models run
-    :func:`reasoning_rl.decode.completion_hidden`, the same computation with the prompt shared
+    :func:`reasoning_rl.policy.lean.completion_hidden`, the same computation with the prompt shared
     the same way, read from the model's parameters in fewer ops, and then the LM head
-    ``lm_head_chunk`` positions at a time (``reasoning_rl.lm_head``; None: the model's
+    ``lm_head_chunk`` positions at a time (``reasoning_rl.policy.lm_head``; None: the model's
     ``model.lm_head_chunk`` setting, 0: full logits); the log-probs are then float32 whatever the
     model's dtype.
 
@@ -91,7 +91,7 @@ def completion_logprobs(
         hidden = completion_hidden(model, input_ids, attention_mask, position_ids, completion_start, group_size,
                                    checkpoint)  # [B, L, D]
         chunk = chunk_of(model) if lm_head_chunk is None else lm_head_chunk
-        if chunk:  # the LM head on the real positions only, a chunk at a time (reasoning_rl.lm_head)
+        if chunk:  # the LM head on the real positions only, a chunk at a time (reasoning_rl.policy.lm_head)
             head = model.lm_head
             logp_real, entropy_real = token_logprobs(hidden[real], head.weight, head.bias, tokens[real], temperature,
                                                      chunk=chunk, with_entropy=with_entropy, top_k=top_k,

@@ -22,7 +22,7 @@ holding ``c x V`` logits instead of the several ``N x V`` copies autograd keeps 
 logsumexp runs in float32 even when the model computes in bfloat16 ("fp32 LM head"). The entropy
 is a metric: computed in the same pass when asked, without a gradient.
 
-Chunk size: ``model.lm_head_chunk`` (``reasoning_rl.models.ModelConfig``): ``auto``
+Chunk size: ``model.lm_head_chunk`` (``reasoning_rl.policy.loading.ModelConfig``): ``auto``
 (:func:`resolve_chunk`), ``0`` (off: full logits, autograd's own graph) or N positions.
 """
 

@@ -30,8 +30,8 @@ Two users:
   ``[B, H_kv, T, d]``, preallocated and written in place; a step attends to the shared prompt
   with one matmul per group (:func:`shared_prefix_attention`) and stacks the query heads that
   share a key/value head as rows of one matmul (grouped-query attention without repeating keys).
-- :func:`completion_hidden` (the trainer's log-probs, ``reasoning_rl.logprobs``, which apply the
-  LM head in chunks, ``reasoning_rl.lm_head``): each group's prompt once, then the completions
+- :func:`completion_hidden` (the trainer's log-probs, ``reasoning_rl.policy.logprobs``, which apply the
+  LM head in chunks, ``reasoning_rl.policy.lm_head``): each group's prompt once, then the completions
   against its keys and values, differentiable; when enough of the completions is right padding,
   the needed positions run as one packed sequence; with gradient checkpointing each layer is
   recomputed in the backward. :func:`completion_logits` applies the LM head to all of it.
@@ -421,8 +421,8 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
                       checkpoint: bool = False) -> torch.Tensor:
     """Completion logits ``[B, L, V]`` (differentiable): ``W_lm`` applied to
     :func:`completion_hidden` (same arguments), the contract of
-    ``reasoning_rl.logprobs._shared_prompt_logits``. The training log-probs apply the LM head
-    themselves, a chunk of positions at a time (``reasoning_rl.lm_head``)."""
+    ``reasoning_rl.policy.logprobs._shared_prompt_logits``. The training log-probs apply the LM head
+    themselves, a chunk of positions at a time (``reasoning_rl.policy.lm_head``)."""
     hidden = completion_hidden(model, input_ids, attention_mask, position_ids, completion_start, group_size,
                                checkpoint)
     return F.linear(hidden, model.lm_head.weight, model.lm_head.bias)

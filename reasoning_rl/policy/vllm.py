@@ -344,7 +344,7 @@ class VLLMCheckpointEngine(VLLMSampler):
         require_vllm("backend=vllm")
         from transformers import AutoConfig
 
-        from reasoning_rl.models import load_tokenizer
+        from reasoning_rl.policy.loading import load_tokenizer
 
         platform = current_platform()
         model_max_len = getattr(AutoConfig.from_pretrained(name_or_path), "max_position_embeddings", 2048)
@@ -474,8 +474,8 @@ class VLLMRolloutEngine(VLLMSampler):
     def measure_mismatch(self, completions: Sequence[Completion], sampling: SamplingConfig) -> dict[str, float]:
         """The trainer's log-probs of the sampled tokens (temperature and top-k/top-p support as in the
         loss) against the engine's (:func:`logprob_mismatch`)."""
-        from reasoning_rl.logprobs import frozen_logprobs
-        from reasoning_rl.models import set_training
+        from reasoning_rl.policy.logprobs import frozen_logprobs
+        from reasoning_rl.policy.loading import set_training
 
         rows = [c for c in completions if c.logprobs is not None and c.token_ids]
         if not rows or self.trainer_model is None:
