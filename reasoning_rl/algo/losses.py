@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from reasoning_rl.algo.corrections import Correction, CorrectionInputs, CorrectionOptions, apply_correction
+
 if TYPE_CHECKING:
     from reasoning_rl.algo.entropy_control import EntropyControl
 
@@ -355,6 +357,10 @@ class LossOutput:
     """Token mean of pi_theta / pi_old over this micro-batch."""
     num_tokens: float
     """Completion tokens of this micro-batch: the weight of its token means in the batch's."""
+    correction: Correction | None = None
+    """The off-policy correction's weights and masks (None without behaviour log-probs)."""
+    behaviour_logp: torch.Tensor | None = None
+    """The behaviour log-probs the correction read (unknown ones replaced by pi_old's).  # [B, L]"""
 
 
 def grpo_loss(
@@ -378,6 +384,9 @@ def grpo_loss(
     kl_placement: str = "loss",
     entropy_control: EntropyControl | None = None,
     entropy: torch.Tensor | None = None,
+    behaviour_logp: torch.Tensor | None = None,
+    correction: str = "none",
+    correction_options: CorrectionOptions | None = None,
 ) -> LossOutput:
     """-J(theta) for one micro-batch (see module docstring).
 
@@ -394,6 +403,10 @@ def grpo_loss(
     into the per-token advantage (:func:`kl_in_reward_advantages`) instead of the loss.
     ``entropy_control`` picks which tokens keep the policy gradient (Clip-Cov, KL-Cov, the 80/20
     rule: ``reasoning_rl.algo.entropy_control``); ``entropy`` [B, L] is the per-token entropy it reads.
+    ``behaviour_logp`` [B, L] is the sampler's log-prob of each token (NaN = unknown: pi_old's is used);
+    with it, ``correction`` (:data:`reasoning_rl.algo.corrections.CORRECTIONS`) weighs each token's policy
+    term by w_t(pi_old / mu) in the decoupled form (the correction's module docstring):
+    loss_t = -w_t * objective_t. Without it no correction applies (the samples are the trainer's own).
     """
     if kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"unknown KL estimator {kl_estimator!r}; expected one of {sorted(KL_ESTIMATORS)}")
@@ -424,6 +437,14 @@ def grpo_loss(
     options = PolicyOptions(eps_low, eps_high, dual_clip_c, log_ratio_clamp, ratio_level)
     terms = POLICY_LOSSES[policy_loss](logp, old_logp, advantages, mask, options)
     per_token = -terms.objective  # we minimise  # [B, L]
+    corr, behaviour = None, None
+    if behaviour_logp is not None:
+        from reasoning_rl.algo.mismatch import known_behaviour
+
+        behaviour, _ = known_behaviour(masked_fill_padding(behaviour_logp, mask), old_logp)
+        inputs = CorrectionInputs(logp, old_logp, behaviour, token_advantages(advantages, logp), mask)
+        corr = apply_correction(correction, inputs, correction_options)
+        per_token = per_token * corr.weight  # decoupled: w(pi_old / mu) times the objective on pi_theta / pi_old
     if entropy_control is not None and entropy_control.name != "none":
         from reasoning_rl.algo.entropy_control import ENTROPY_CONTROLS, TokenContext
 
@@ -435,11 +456,14 @@ def grpo_loss(
     with torch.no_grad():
         return LossOutput(
             loss=loss,
-            policy_loss=float(aggregate(aggregation, -terms.objective.detach(), mask, normalizer)),
+            policy_loss=float(aggregate(aggregation, -terms.objective.detach() * (1.0 if corr is None else corr.weight),
+                                        mask, normalizer)),
             kl=kl_value,
             clip_low_fraction=float(masked_sum(terms.clip_low.float(), mask)) / n,
             clip_high_fraction=float(masked_sum(terms.clip_high.float(), mask)) / n,
             clip_dual_fraction=float(masked_sum(terms.clip_dual.float(), mask)) / n,
             ratio_mean=float(masked_sum(terms.ratio.detach(), mask)) / n,
             num_tokens=n,
+            correction=corr,
+            behaviour_logp=behaviour,
         )

@@ -1,0 +1,237 @@
+"""Off-policy corrections: per-token weights for samples the trainer did not draw itself.
+
+The sampler (behaviour policy mu: another engine, another precision, stale weights) and the
+trainer's policy disagree on the probability of the tokens that were sampled. With
+
+    rho_t = pi_train(y_t | x, y_<t) / mu(y_t | x, y_<t)       (per token, from log-probs)
+
+each correction is one function of a table (:data:`CORRECTIONS`, ``algo.correction``) that returns
+a DETACHED weight ``w_t`` per token; the policy loss of every objective (clip, cispo, gmpo; GRPO's
+family and PPO) is multiplied by it before aggregation (``reasoning_rl.algo.losses.grpo_loss``):
+
+    loss_t = - w_t * objective_t
+
+Which pi_train: the **decoupled PPO form** (Hilton et al. 2021, "Batch size-invariance for policy
+optimization", arXiv 2110.00641). pi_train in rho is the proximal policy pi_old (the trainer's log-probs
+of the batch before its first update, held fixed over the mu = ``algo.num_iterations`` updates); the
+objective's own ratio pi_theta / pi_old does the clipping:
+
+    J = E_mu[ w(pi_old / mu) * min( r * A, clip(r, 1 - eps_low, 1 + eps_high) * A ) ],   r = pi_theta / pi_old
+
+With mu = 1, pi_old is pi_theta detached (ratio exactly 1), so the weight is pi_theta / mu of the batch
+as sampled. With mu > 1 the weight stays that of pi_old at every update, while r moves: the behaviour
+policy corrects, pi_old clips. Only ``dppo_tv`` reads pi_theta itself (its region moves with the update).
+
+Shapes: B sequences, L completion tokens (padded); ``mask`` is 1 on real tokens. Padding gets weight 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+ICEPOP_BOUNDS = (0.5, 5.0)
+"""IcePop's two-sided mask [alpha, beta] (Ring-1T, arXiv 2510.18855, sec. 3)."""
+
+
+@dataclass
+class CorrectionConfig:
+    """The off-policy correction settings (``algo.correction*``), mixed into every clipped-policy config."""
+
+    correction: str = "none"
+    """Off-policy correction of the policy loss (reasoning_rl.algo.corrections; docs/offpolicy.md): none, tis,
+    mis_token, mis_seq, mis_geo, icepop, dppo_tv or trust_region_mask. Acts only when the completions carry
+    the sampler's log-probs (Completion.logprobs)."""
+    correction_c: float = 2.0
+    """tis: the truncation C of the weight min(rho, C) (about 2 in verl/TRL)."""
+    correction_low: float = 0.5
+    """mis_token / mis_seq / mis_geo: lower bound a of the kept rho (token, sequence product, geometric mean)."""
+    correction_high: float = 2.0
+    """mis_token / mis_seq / mis_geo: upper bound b of the kept rho."""
+    correction_delta: float = 0.2
+    """dppo_tv: the bound on |pi_theta(y_t) - mu(y_t)| beyond which a token's update is blocked."""
+    correction_kl_max: float = 0.05
+    """trust_region_mask: a sequence whose largest per-token KL(mu || pi_train) estimate exceeds this is masked."""
+
+    def problems(self) -> list[str]:
+        """The correction's own checks (cooperative: the next config class in the MRO adds its own)."""
+        parent = getattr(super(), "problems", None)
+        out = list(parent()) if parent is not None else []
+        if self.correction not in CORRECTIONS:
+            out.append(f"algo.correction={self.correction!r} is unknown; choose one of {', '.join(CORRECTIONS)}")
+        if self.correction_low > self.correction_high:
+            out.append(f"algo.correction_low={self.correction_low} is above algo.correction_high="
+                       f"{self.correction_high}: every token would be masked; swap them")
+        return out
+
+    def correction_options(self) -> CorrectionOptions:
+        return CorrectionOptions(self.correction_c, self.correction_low, self.correction_high,
+                                 self.correction_delta, self.correction_kl_max)
+
+
+@dataclass(frozen=True)
+class CorrectionOptions:
+    """The numbers the corrections read (:class:`CorrectionConfig` gives them)."""
+
+    c: float = 2.0
+    low: float = 0.5
+    high: float = 2.0
+    delta: float = 0.2
+    kl_max: float = 0.05
+
+
+@dataclass(frozen=True)
+class CorrectionInputs:
+    """What a correction reads, per token.  # [B, L] each (advantages [B, 1] or [B, L])"""
+
+    logp: torch.Tensor
+    """log pi_theta, the policy being updated (read detached)."""
+    train_logp: torch.Tensor
+    """log pi_old: the trainer's log-prob of the batch before its updates (the proximal policy)."""
+    behaviour_logp: torch.Tensor
+    """log mu: the sampler's log-prob of the token it drew (Completion.logprobs)."""
+    advantages: torch.Tensor
+    mask: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A correction's result.  # [B, L] each"""
+
+    weight: torch.Tensor
+    """Detached weight of each token's policy loss (0 on padding and on masked tokens)."""
+    masked: torch.Tensor
+    """bool: the correction set this token's weight to 0."""
+    truncated: torch.Tensor
+    """bool: the correction capped this token's weight (tis's rho > C)."""
+
+
+def log_rho(x: CorrectionInputs) -> torch.Tensor:
+    """log rho_t = log pi_old(y_t) - log mu(y_t), 0 on padding.  # [B, L]"""
+    lr = (x.train_logp - x.behaviour_logp).detach()
+    return torch.where(x.mask.bool(), lr, torch.zeros((), dtype=lr.dtype))
+
+
+def _result(x: CorrectionInputs, weight: torch.Tensor, masked: torch.Tensor | None = None,
+            truncated: torch.Tensor | None = None) -> Correction:
+    real = x.mask.bool()
+    none = torch.zeros_like(real)
+    masked = none if masked is None else masked.expand_as(real) & real
+    truncated = none if truncated is None else truncated.expand_as(real) & real
+    weight = torch.where(real & ~masked, weight.expand_as(real).to(x.logp.dtype), torch.zeros((), dtype=x.logp.dtype))
+    return Correction(weight.detach(), masked, truncated)
+
+
+def _inside(value: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    return (value >= low) & (value <= high)
+
+
+def no_correction(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+    """w_t = 1: the samples are treated as the trainer's own (today's behaviour)."""
+    return _result(x, torch.ones_like(x.logp))
+
+
+def truncated_is(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+    """TIS, truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings
+    you off-policy RL training", fengyao.notion.site; Ionides 2008):
+
+        w_t = min(rho_t, C)
+
+    Unbiased where rho_t <= C; the cap bounds the variance a token with mu(y_t) << pi_train(y_t) brings."""
+    rho = torch.exp(log_rho(x))  # [B, L]
+    return _result(x, torch.clamp(rho, max=o.c), truncated=rho > o.c)
+
+
+def _masked_is(x: CorrectionInputs, bounds: tuple[float, float]) -> Correction:
+    rho = torch.exp(log_rho(x))  # [B, L]
+    return _result(x, rho, masked=~_inside(rho, *bounds))
+
+
+def masked_is_token(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+    """Token-level masked importance sampling (Liu et al. 2025, "When Speed Kills Stability: Demystifying
+    RL Collapse from the Training-Inference Mismatch"; verl's rollout correction):
+
+        w_t = rho_t * 1[a <= rho_t <= b]
+
+    A token outside [a, b] contributes nothing (a mask, not a cap: its gradient would be mostly noise)."""
+    return _masked_is(x, (o.low, o.high))
+
+
+def masked_is_sequence(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+    """Sequence-level masked importance sampling (Liu et al. 2025, as :func:`masked_is_token`), with the
+    sequence's ratio rho_i = prod_t rho_it (the exact importance weight of the whole completion):
+
+        w_it = rho_i * 1[a <= rho_i <= b]        (the same weight on every token of sequence i)"""
+    seq_log = log_rho(x).sum(-1, keepdim=True)  # log prod_t rho_t  # [B, 1]
+    seq_rho = torch.exp(seq_log)  # [B, 1]
+    return _result(x, seq_rho, masked=~_inside(seq_rho, o.low, o.high))
+
+
+def masked_is_geometric(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+    """Masked importance sampling with the mask decided by the geometric mean of the sequence's ratios
+    (verl's geometric rejection; length-normalised, so long completions are not masked for their length):
+
+        rho_geo_i = exp( 1/|o_i| sum_t log rho_it ),     w_it = rho_it * 1[a <= rho_geo_i <= b]"""
+    lr = log_rho(x)  # [B, L]
+    geo = torch.exp(lr.sum(-1, keepdim=True) / x.mask.sum(-1, keepdim=True).clamp(min=1))  # [B, 1]
+    return _result(x, torch.exp(lr), masked=~_inside(geo, o.low, o.high))
+
+
+def icepop(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+    """IcePop (Ring-1T, arXiv 2510.18855): the two-sided mask M(k) = k if alpha <= k <= beta else 0 on
+    the training/inference ratio k = rho_t, at the paper's alpha = 0.5, beta = 5 (:data:`ICEPOP_BOUNDS`):
+
+        w_t = rho_t * 1[0.5 <= rho_t <= 5]
+
+    It is :func:`masked_is_token` at fixed bounds; ``algo.correction_low/high`` do not move it."""
+    return _masked_is(x, ICEPOP_BOUNDS)
+
+
+def dppo_tv(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+    """DPPO's total-variation trust region (arXiv 2602.04879): a token is blocked when the policy has left
+    the region |pi_theta(y_t) - mu(y_t)| <= delta AND its update would push it further out; a token that
+    left the region but whose gradient brings it back keeps it (as PPO's clip, in probability space):
+
+        leaves_t = (A_t > 0 and pi_theta(y_t) - mu(y_t) > delta) or (A_t < 0 and mu(y_t) - pi_theta(y_t) > delta)
+        w_t = 1 - leaves_t
+
+    It reads pi_theta as it is at this update (not pi_old): with mu > 1 updates the region moves with it."""
+    p = torch.exp(x.logp.detach())  # [B, L]
+    q = torch.exp(x.behaviour_logp.detach())  # [B, L]
+    adv = x.advantages.expand_as(p)  # [B, L]
+    leaves = ((adv > 0) & (p - q > o.delta)) | ((adv < 0) & (q - p > o.delta))
+    return _result(x, torch.ones_like(p), masked=leaves)
+
+
+def trust_region_mask(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+    """Trust Region Masking (Li et al., arXiv 2512.23075): drop a whole sequence when its largest token-level
+    divergence between the sampler and the trainer exceeds delta. The per-token KL(mu || pi_train) is
+    estimated on the sampled token by k3 (Schulman 2020; samples come from mu):
+
+        k3_t = rho_t - 1 - log rho_t,         w_it = 1[ max_t k3_it <= delta ]"""
+    lr = log_rho(x)  # [B, L]
+    k3 = torch.exp(lr) - 1.0 - lr  # [B, L], 0 on padding (lr = 0 there)
+    worst = k3.max(-1, keepdim=True).values  # [B, 1]
+    return _result(x, torch.ones_like(lr), masked=worst > o.kl_max)
+
+
+CORRECTIONS: dict[str, Callable[[CorrectionInputs, CorrectionOptions], Correction]] = {
+    "none": no_correction,
+    "tis": truncated_is,
+    "mis_token": masked_is_token,
+    "mis_seq": masked_is_sequence,
+    "mis_geo": masked_is_geometric,
+    "icepop": icepop,
+    "dppo_tv": dppo_tv,
+    "trust_region_mask": trust_region_mask,
+}
+"""``algo.correction`` -> ``(CorrectionInputs, CorrectionOptions) -> Correction``."""
+
+
+def apply_correction(name: str, x: CorrectionInputs, options: CorrectionOptions | None = None) -> Correction:
+    """The correction called ``name`` (:data:`CORRECTIONS`)."""
+    if name not in CORRECTIONS:
+        raise ValueError(f"unknown off-policy correction {name!r}; expected one of {', '.join(CORRECTIONS)}")
+    return CORRECTIONS[name](x, options or CorrectionOptions())
