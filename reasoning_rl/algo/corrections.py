@@ -235,3 +235,20 @@ def apply_correction(name: str, x: CorrectionInputs, options: CorrectionOptions 
     if name not in CORRECTIONS:
         raise ValueError(f"unknown off-policy correction {name!r}; expected one of {', '.join(CORRECTIONS)}")
     return CORRECTIONS[name](x, options or CorrectionOptions())
+
+
+def known_behaviour(behaviour_logp: torch.Tensor, train_logp: torch.Tensor) -> torch.Tensor:
+    """``behaviour_logp`` with NaN (a completion whose sampler reported no log-probs) replaced by the
+    trainer's own: rho = 1 there, so no correction touches it.  # [B, L]"""
+    return torch.where(torch.isnan(behaviour_logp), train_logp.detach(), behaviour_logp)
+
+
+def correct_tokens(name: str, logp: torch.Tensor, train_logp: torch.Tensor, behaviour_logp: torch.Tensor,
+                   advantages: torch.Tensor, mask: torch.Tensor, options: CorrectionOptions | None = None) -> Correction:
+    """The correction ``name`` of one micro-batch, any loss: multiply each token's policy term by
+    ``.weight``. ``behaviour_logp`` may hold NaN (unknown: :func:`known_behaviour`); padding is ignored.
+    ``advantages`` is ``[B]``, ``[B, 1]`` or ``[B, L]``.  # [B, L] each"""
+    real = mask.bool()
+    behaviour = torch.where(real, known_behaviour(behaviour_logp, train_logp), train_logp.detach())
+    adv = advantages.unsqueeze(-1) if advantages.dim() == logp.dim() - 1 else advantages
+    return apply_correction(name, CorrectionInputs(logp, train_logp, behaviour, adv, mask), options)

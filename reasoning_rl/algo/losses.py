@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from reasoning_rl.algo.corrections import Correction, CorrectionInputs, CorrectionOptions, apply_correction
+from reasoning_rl.algo.corrections import Correction, CorrectionOptions, correct_tokens
 
 if TYPE_CHECKING:
     from reasoning_rl.algo.entropy_control import EntropyControl
@@ -359,8 +359,6 @@ class LossOutput:
     """Completion tokens of this micro-batch: the weight of its token means in the batch's."""
     correction: Correction | None = None
     """The off-policy correction's weights and masks (None without behaviour log-probs)."""
-    behaviour_logp: torch.Tensor | None = None
-    """The behaviour log-probs the correction read (unknown ones replaced by pi_old's).  # [B, L]"""
 
 
 def grpo_loss(
@@ -437,13 +435,9 @@ def grpo_loss(
     options = PolicyOptions(eps_low, eps_high, dual_clip_c, log_ratio_clamp, ratio_level)
     terms = POLICY_LOSSES[policy_loss](logp, old_logp, advantages, mask, options)
     per_token = -terms.objective  # we minimise  # [B, L]
-    corr, behaviour = None, None
+    corr = None
     if behaviour_logp is not None:
-        from reasoning_rl.algo.mismatch import known_behaviour
-
-        behaviour, _ = known_behaviour(masked_fill_padding(behaviour_logp, mask), old_logp)
-        inputs = CorrectionInputs(logp, old_logp, behaviour, token_advantages(advantages, logp), mask)
-        corr = apply_correction(correction, inputs, correction_options)
+        corr = correct_tokens(correction, logp, old_logp, behaviour_logp, advantages, mask, correction_options)
         per_token = per_token * corr.weight  # decoupled: w(pi_old / mu) times the objective on pi_theta / pi_old
     if entropy_control is not None and entropy_control.name != "none":
         from reasoning_rl.algo.entropy_control import ENTROPY_CONTROLS, TokenContext
@@ -465,5 +459,4 @@ def grpo_loss(
             ratio_mean=float(masked_sum(terms.ratio.detach(), mask)) / n,
             num_tokens=n,
             correction=corr,
-            behaviour_logp=behaviour,
         )

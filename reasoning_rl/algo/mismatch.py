@@ -57,12 +57,6 @@ def behaviour_rows(completions: Sequence[Any], trained: Sequence[Sequence[int]])
     return rows
 
 
-def known_behaviour(behaviour_logp: torch.Tensor, train_logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(behaviour log-probs with NaN replaced by the trainer's, bool mask of the known ones).  # [B, L] each"""
-    known = ~torch.isnan(behaviour_logp)
-    return torch.where(known, behaviour_logp, train_logp.detach()), known
-
-
 class MismatchStats:
     """Sums over a step's micro-batches; :meth:`metrics` divides once."""
 
