@@ -210,18 +210,19 @@ class NativeEngine(HFEngine):
     def _needs_eval_mode(self) -> bool:
         """Not for the lean decoder: it reads the weights and has no dropout in either mode, so
         the policy stays in training mode (switching costs a walk over every module)."""
-        from reasoning_rl.policy.lean import lean_decoder_support
+        from reasoning_rl.policy.runtime import uses_lean
 
-        return not (self.lean and lean_decoder_support(self.model) is None)
+        return not (self.lean and uses_lean(self.model))
 
     @torch.inference_mode()
     def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingConfig,
                 generate_kwargs: dict[str, Any]) -> torch.Tensor:
-        from reasoning_rl.policy.lean import LeanDecoder, lean_decoder_support
+        from reasoning_rl.policy.lean import LeanDecoder
+        from reasoning_rl.policy.runtime import uses_lean
 
         b, steps = input_ids.shape[0], sampling.max_new_tokens
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        decoder = LeanDecoder(self.model) if self.lean and lean_decoder_support(self.model) is None else None
+        decoder = LeanDecoder(self.model, check=False) if self.lean and uses_lean(self.model) else None
         stepper = (_LeanStepper(decoder, input_ids, attention_mask, steps) if decoder is not None
                    else _ModuleStepper(self.model, input_ids, attention_mask, steps))
         try:

@@ -43,6 +43,7 @@ from reasoning_rl.kl_to_base import BaseProbe, forward_kl, sample_probe
 from reasoning_rl.memory import keep_freed_memory, memory_report
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics, with_heldout_ends
 from reasoning_rl.policy.loading import apply_memory_settings, load_model, load_pretrained, set_training
+from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.prompt_sampler import PromptSampler
 from reasoning_rl.rollout import HFEngine, SamplingConfig, make_engine
 from reasoning_rl.tasks import Task
@@ -94,6 +95,11 @@ class Trainer:
         else:
             self.model, self.tokenizer = load_model(cfg.model)
         self.device = next(self.model.parameters()).device
+        # model.runtime, decided once: the training log-probs and the native engine run what it says.
+        self.runtime = decide_runtime(self.model, cfg.model.runtime, training=True,
+                                      sharded=cfg.trainer.fsdp and distributed.is_distributed())
+        set_runtime(self.model, self.runtime)
+        log.info("policy runtime: %s", self.runtime.describe())
         self.engine = make_engine(cfg.rollout.backend, self.model, self.tokenizer, batch_size=cfg.rollout.batch_size,
                                   rollout=cfg.rollout, workdir=self.run_dir / ".vllm", seed=cfg.trainer.seed)
         self.train_examples = self.task.examples(self.task.train_split, self.tokenizer)
@@ -178,7 +184,7 @@ class Trainer:
             atomic_write_text(self.run_dir / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "algorithm": cfg.algo.name,
                                    "variant": cfg.algo.variant, "label": self.algorithm.label,
-                                   "world_size": distributed.world_size()}
+                                   "world_size": distributed.world_size(), "policy_runtime": self.runtime.as_dict()}
         warm = self._warm_start()
         if warm is not None:
             summary["warm_start"] = warm

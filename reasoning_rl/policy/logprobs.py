@@ -2,11 +2,11 @@
 
     log pi(y_t | x, y_<t) = z_{t, y_t} / T - logsumexp_v(z_{t, v} / T)
 
-Llama and Qwen2 models (the lean forward, ``reasoning_rl.policy.lean``) compute it from the last
+A model on the lean runtime (``model.runtime``, reasoning_rl.policy.runtime) computes it from the last
 hidden states of the real completion positions with the LM head applied a chunk of positions
 at a time and recomputed in the backward (``reasoning_rl.policy.lm_head``): no ``[B, L, V]`` tensor.
-With chunking off (``model.lm_head_chunk: 0``, or ``auto`` for a small vocabulary), and for
-other models, the full logits are computed and gathering the chosen logit and subtracting the
+With chunking off (``model.lm_head_chunk: 0``, or ``auto`` for a small vocabulary), and on
+the hf runtime, the full logits are computed and gathering the chosen logit and subtracting the
 row's logsumexp needs one ``[B, L]`` result instead of a second ``[B, L, V]`` tensor (what
 ``log_softmax(...).gather(...)`` would allocate).
 """
@@ -20,8 +20,9 @@ from typing import Any
 import torch
 
 from reasoning_rl.batching import pack
-from reasoning_rl.policy.lean import completion_hidden, lean_decoder_support
+from reasoning_rl.policy.lean import completion_hidden
 from reasoning_rl.policy.lm_head import chunk_of, sampling_support, token_logprobs
+from reasoning_rl.policy.runtime import uses_lean
 
 
 def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor, chunk_rows: int | None = None,
@@ -69,7 +70,8 @@ def completion_logprobs(
 
     ``group_size=G > 1`` says rows ``i*G .. i*G+G-1`` share one prompt (a GRPO group):
     each prompt then goes through the model once instead of G times (same numbers,
-    gradients included; see ``_shared_prompt_logits``). Llama and Qwen2 models run
+    gradients included; see ``_shared_prompt_logits``). A model on the lean runtime
+    (``model.runtime``, :func:`reasoning_rl.policy.runtime.uses_lean`) runs
     :func:`reasoning_rl.policy.lean.completion_hidden`, the same computation with the prompt shared
     the same way, read from the model's parameters in fewer ops, and then the LM head
     ``lm_head_chunk`` positions at a time (``reasoning_rl.policy.lm_head``; None: the model's
@@ -86,7 +88,7 @@ def completion_logprobs(
     # very negative, and a KL term exp(ref - logp) of it overflows to inf (inf * 0 = NaN).
     real = attention_mask[:, completion_start:].bool()  # [B, L]
     checkpoint = model.training and torch.is_grad_enabled() and checkpointing_enabled(model)  # a backward follows
-    if lean_decoder_support(model) is None:  # Llama / Qwen2: the same forward in fewer ops
+    if uses_lean(model):  # model.runtime, decided once (reasoning_rl.policy.runtime): the same forward in fewer ops
         _check_groups(input_ids, completion_start, group_size)
         hidden = completion_hidden(model, input_ids, attention_mask, position_ids, completion_start, group_size,
                                    checkpoint)  # [B, L, D]

@@ -127,7 +127,7 @@ def test_an_unknown_model_is_refused_with_a_reason():
     model.model.layers[1].self_attn.q_proj = original
     assert lean_decoder_support(model) is None
     model.config.attention_dropout = 0.1  # dropout is applied in training mode only
-    assert "attention_dropout=0.1 in training mode" in lean_decoder_support(model.train())
+    assert "attention dropout 0.1 in training mode" in lean_decoder_support(model.train())
     assert lean_decoder_support(model.eval()) is None
     model.config.attention_dropout = 0.0
     model.config.hidden_act = "gelu"
@@ -189,7 +189,7 @@ def test_the_engine_follows_an_in_place_weight_update():
 @pytest.mark.parametrize("kv_heads", [6, 2])
 def test_matmul_attention_equals_scaled_dot_product_attention(kv_heads, monkeypatch):
     # Short sequences on a CPU take two matmuls; long ones (here forced) scaled_dot_product_attention.
-    from reasoning_rl.policy import lean as decode
+    from reasoning_rl.policy.lean import layers as decode
 
     torch.manual_seed(0)
     q = torch.randn(3, 6, 5, 8, requires_grad=True)
@@ -216,7 +216,7 @@ def test_shared_prefix_attention_is_attention_over_the_copied_prefix(kv_heads, l
     # Groups of 3 rows share a left-padded prefix and see all their own keys (a decode step, or
     # several queries that may see every own key). Values and gradients, prefix included,
     # against attention() over each row's own copy of the prefix.
-    from reasoning_rl.policy import lean as decode
+    from reasoning_rl.policy.lean import layers as decode
 
     torch.manual_seed(0)
     g, p, s, d = 3, 5, 4, 8
@@ -255,7 +255,7 @@ def test_fused_and_plain_projections_give_the_same_logits(fuse):
 @pytest.mark.parametrize("arch,kv_heads,group_size", [("llama", 2, 2), ("qwen2", 3, 1), ("qwen2", 1, 4)])
 def test_training_logits_and_gradients_are_the_module_forward(arch, kv_heads, group_size, packed, monkeypatch):
     # packed: the completions' right padding dropped (one packed sequence), or kept.
-    from reasoning_rl.policy import lean as decode
+    from reasoning_rl.policy.lean import training as decode
     from reasoning_rl.policy.logprobs import _shared_prompt_logits
 
     monkeypatch.setattr(decode, "PACK_MIN_PADDING", 0.0 if packed else 2.0)
