@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from reasoning_rl.algo.base import AlgoConfig, StepOutput
+from reasoning_rl.algo.batch import trained_tokens
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
 from reasoning_rl.algo.likelihood import dpo_coefficients, dpo_loss, dpo_margin, sequence_logprob
 from reasoning_rl.algo.losses import LossNormalizer
@@ -39,8 +40,8 @@ from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.rft import offline_metrics
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.batching import pack
-from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs
 from reasoning_rl.policy.loading import set_training
+from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs
 
 PAIRS_FILE = "dpo_pairs.jsonl"
 
@@ -84,8 +85,8 @@ def make_pairs(group: Group, rng: random.Random, eos_token_id: int, limit: int =
     """(correct, wrong) pairs of one group: each list shuffled, then zipped (each sample used once);
     ``limit`` > 0 keeps at most that many. Unscorable samples are in neither list; an empty
     completion is its EOS, as trained."""
-    chosen = [x.token_ids or [eos_token_id] for x in group.samples if x.correct]
-    rejected = [x.token_ids or [eos_token_id] for x in group.samples if x.scorable and not x.correct]
+    chosen = [trained_tokens(x.token_ids, eos_token_id) for x in group.samples if x.correct]
+    rejected = [trained_tokens(x.token_ids, eos_token_id) for x in group.samples if x.scorable and not x.correct]
     rng.shuffle(chosen)
     rng.shuffle(rejected)
     pairs = [Pair(group.prompt_token_ids, c, r) for c, r in zip(chosen, rejected)]

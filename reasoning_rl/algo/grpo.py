@@ -32,8 +32,10 @@ from reasoning_rl.algo.advantages import (
     zero_std_fraction,
 )
 from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
+from reasoning_rl.algo.batch import sample_step, sampled_support, step_seed, training_rows
 from reasoning_rl.algo.entropy_control import ENTROPY_CONTROLS, EntropyControl, position_deciles
 from reasoning_rl.algo.losses import KL_ESTIMATORS, KL_PLACEMENTS, POLICY_LOSSES, LossNormalizer, grpo_loss
+from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import pack
@@ -42,12 +44,12 @@ from reasoning_rl.groups import (
     completion_rows,
     informative_groups,
     rollout_metrics,
-    sample_and_score,
     select_groups,
 )
-from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
+from reasoning_rl.optim import build_optimizer, step_optimizer
 from reasoning_rl.policy.loading import set_training
-from reasoning_rl.optim import build_optimizer, clip_and_measure
+from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
+from reasoning_rl.policy.precision import MixedPrecision
 from reasoning_rl.reference import frozen_reference, reset_reference
 
 
@@ -174,9 +176,11 @@ class GRPO(Algorithm):
         self.ref_model = frozen_reference(self.ctx) if self.cfg.beta != 0.0 else None
         total = self.ctx.cfg.trainer.steps * self.cfg.num_iterations
         self.optimizer, self.scheduler = build_optimizer(self.ctx.model.parameters(), self.cfg, total)
+        self.precision = MixedPrecision(self.ctx.cfg.trainer.precision, self.ctx.device.type)  # trainer.precision
         if state is not None:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
+            self.precision.load_state_dict(state.get("precision"))
 
     def held_models(self) -> list[Any]:
         return [self.ref_model] if self.ref_model is not None else []
@@ -185,7 +189,8 @@ class GRPO(Algorithm):
         return [self.optimizer]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "precision": self.precision.state_dict()}
 
     def step(self, step: int) -> StepOutput:
         if self.ref_model is not None and self.cfg.ref_reset_every and step and step % self.cfg.ref_reset_every == 0:
@@ -197,6 +202,7 @@ class GRPO(Algorithm):
         t2 = time.perf_counter()
         metrics.update(rollout_metrics(ro, self.ctx.reward.specs[0].key))
         metrics.update(self.dynamic_stats)
+        metrics.update(staleness_metrics([c.policy_version for c in ro.completions], step))
         metrics.update({
             "groups/zero_std_fraction": zero_std_fraction(ro.rewards),
             "advantage/abs_mean": float(ro.advantages.abs().mean()),
@@ -209,9 +215,8 @@ class GRPO(Algorithm):
     def rollout(self, step: int) -> Rollouts:
         """Sample G completions per prompt, score them, compute advantages."""
         a, ctx = self.cfg, self.ctx
-        seed = ctx.cfg.trainer.seed * 1_000_003 + step
-        examples = [ctx.train_examples[i] for i in ctx.sampler.next(a.prompts_per_step)]
-        groups = sample_and_score(ctx, examples, a.group_size, seed=seed)
+        seed = step_seed(ctx.cfg.trainer.seed, step)
+        _, groups = sample_step(ctx, a.prompts_per_step, a.group_size, seed)
         self.dynamic_stats: dict[str, float] = {}
         if a.dynamic_sampling:
             groups = self._dynamic_sampling(groups, seed)
@@ -234,8 +239,7 @@ class GRPO(Algorithm):
         # rank's prompt sampler advances alike and the collectives stay in step.
         while rounds < a.dynamic_sampling_max_rounds and distributed.any_rank(len(keep) < target):
             rounds += 1
-            examples = [ctx.train_examples[i] for i in ctx.sampler.next(a.prompts_per_step)]
-            part = sample_and_score(ctx, examples, a.group_size, seed=seed + 7_919 * rounds)
+            _, part = sample_step(ctx, a.prompts_per_step, a.group_size, seed + 7_919 * rounds)
             parts.append(part)
             keep += [(len(parts) - 1, int(g)) for g in informative_groups(part.rewards).nonzero().flatten()]
         keep = keep[:target]
@@ -258,19 +262,23 @@ class GRPO(Algorithm):
         """mu optimisation steps on -J(theta) over this step's rollouts."""
         a, ctx = self.cfg, self.ctx
         model, pad, temperature = ctx.model, ctx.tokenizer.pad_token_id, ctx.sampling.temperature
-        support = {"top_k": ctx.sampling.top_k, "top_p": ctx.sampling.top_p}  # the sampled distribution
-        prompts = [c.prompt_token_ids for c in ro.completions]
-        comps = [c.token_ids if c.token_ids else [ctx.tokenizer.eos_token_id] for c in ro.completions]
+        support = sampled_support(ctx.sampling)
+        rows = training_rows(ro, ctx.tokenizer.eos_token_id)
+        prompts, comps = rows.prompts, rows.completions
+        behaviour = behaviour_rows(ro.completions, comps)  # the sampler's log-probs (None: not reported)
+        mismatch = MismatchStats()
         n = len(comps)
         mb, group = self._micro_batch()
         t_start = time.perf_counter()
         if a.num_iterations > 1:
             set_training(model, False)
-            old = frozen_logprobs(model, prompts, comps, pad, temperature, mb, group, **support)
+            with self.precision.autocast():  # pi_old in the training forward's precision
+                old = frozen_logprobs(model, prompts, comps, pad, temperature, mb, group, **support)
         else:
             old = None  # mu == 1: pi_old == pi_theta, the ratio is exactly 1 (detached copy below)
-        ref = frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, group, **support) \
-            if self.ref_model is not None else None
+        with self.precision.autocast():
+            ref = frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, group, **support) \
+                if self.ref_model is not None else None
         set_training(model, True)
         seconds = {"logprobs": time.perf_counter() - t_start, "policy": 0.0, "optimizer": 0.0}
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses).
@@ -285,26 +293,32 @@ class GRPO(Algorithm):
         control = EntropyControl(a.entropy_control, a.cov_fraction, a.clip_cov_low, a.clip_cov_high,
                                  a.kl_cov_coef, a.entropy_top_fraction)
         params = list(model.parameters())
-        for _ in range(a.num_iterations):
+        for epoch in range(a.num_iterations):
             t_policy = time.perf_counter()
             self.optimizer.zero_grad(set_to_none=True)
             for s in range(0, n, mb):
                 e = min(n, s + mb)
                 packed = pack(prompts[s:e], comps[s:e], pad).to(ctx.device)
-                logp, entropy = completion_logprobs(model, packed.input_ids, packed.attention_mask,
-                                                    packed.completion_start, temperature,
-                                                    with_entropy=True, group_size=group, **support)
+                with self.precision.autocast():  # trainer.precision; the log-probs come out float32
+                    logp, entropy = completion_logprobs(model, packed.input_ids, packed.attention_mask,
+                                                        packed.completion_start, temperature,
+                                                        with_entropy=True, group_size=group, **support)
                 mask = packed.completion_mask  # [b, L]
                 old_logp = logp.detach() if old is None else pad_rows(old[s:e], mask.shape[1]).to(ctx.device)
                 ref_logp = None if ref is None else pad_rows(ref[s:e], mask.shape[1]).to(ctx.device)
+                mu_logp = None if behaviour is None else pad_rows(behaviour[s:e], mask.shape[1]).to(ctx.device)
                 out = grpo_loss(logp, old_logp, ref_logp, ro.advantages[s:e].to(ctx.device), mask,
                                 beta=a.beta, eps_low=a.eps_low, eps_high=a.eps_high,
                                 aggregation=a.loss_aggregation, normalizer=norm,
                                 kl_estimator=a.kl_estimator, ratio_level=a.ratio_level,
                                 policy_loss=a.policy_loss, dual_clip_c=a.dual_clip_c,
                                 log_ratio_clamp=a.log_ratio_clamp, kl_clamp=a.kl_clamp,
-                                kl_placement=a.kl_placement, entropy_control=control, entropy=entropy)
-                out.loss.backward()  # micro-batch losses add up to the batch loss: no re-weighting
+                                kl_placement=a.kl_placement, entropy_control=control, entropy=entropy,
+                                behaviour_logp=mu_logp, correction=a.correction,
+                                correction_options=a.correction_options())
+                if mu_logp is not None and epoch == 0:  # the batch's mismatch, counted once
+                    mismatch.add(old_logp, mu_logp, mask, out.correction)
+                self.precision.backward(out.loss)  # micro-batch losses add up to the batch loss: no re-weighting
                 totals["loss"] += float(out.loss.detach())
                 totals["policy"] += out.policy_loss
                 means = {"kl/mean": out.kl, "clip/low_fraction": out.clip_low_fraction,
@@ -321,8 +335,7 @@ class GRPO(Algorithm):
                 cov.add("adv", adv, mask)
                 cov.add("logp_adv", logp.detach() * adv, mask)
             t_optimizer = time.perf_counter()
-            totals["grad_norm"] += clip_and_measure(params, a.max_grad_norm)
-            self.optimizer.step()
+            totals["grad_norm"] += step_optimizer(self.optimizer, params, a.max_grad_norm, self.precision)
             self.scheduler.step()
             seconds["policy"] += t_optimizer - t_policy
             seconds["optimizer"] += time.perf_counter() - t_optimizer
@@ -333,5 +346,5 @@ class GRPO(Algorithm):
             "cov/logp_advantage": c["logp_adv"] - c["logp"] * c["adv"],
             "grad/norm": totals["grad_norm"] / mu, "lr": self.scheduler.get_last_lr()[0],
             "time/frozen_logprobs": seconds["logprobs"], "time/policy": seconds["policy"],
-            "time/optimizer": seconds["optimizer"],
+            "time/optimizer": seconds["optimizer"], **self.precision.metrics(), **mismatch.metrics(),
         }

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
+from reasoning_rl.algo.batch import sample_step, step_seed
 from reasoning_rl.atomic import atomic_write_text
-from reasoning_rl.groups import ScoredGroups, sample_and_score
+from reasoning_rl.groups import ScoredGroups
 from reasoning_rl.tasks.scoring import is_correct
 
 log = logging.getLogger(__name__)
@@ -135,9 +136,7 @@ def offline_samples(ctx: RunContext, prompts_per_step: int, n: int) -> OfflineSa
     t0 = time.perf_counter()
     data = OfflineSamples()
     for s in range(steps):
-        indices = ctx.sampler.next(prompts_per_step)
-        examples = [ctx.train_examples[i] for i in indices]
-        scored = sample_and_score(ctx, examples, n, seed=ctx.cfg.trainer.seed * 1_000_003 + s)
+        indices, scored = sample_step(ctx, prompts_per_step, n, step_seed(ctx.cfg.trainer.seed, s))
         data.slots.append(groups_of(scored, indices, key))
         if steps >= 10 and (s + 1) % (steps // 10) == 0:
             log.info("  %d / %d slots sampled (%.0f s)", s + 1, steps, time.perf_counter() - t0)

@@ -39,6 +39,8 @@ import torch
 
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
+from reasoning_rl.algo.batch import sample_step, sampled_support, step_seed, training_rows
+from reasoning_rl.algo.corrections import correct_tokens
 from reasoning_rl.algo.gae import (
     clipped_value_loss,
     explained_variance,
@@ -57,13 +59,14 @@ from reasoning_rl.algo.losses import (
     masked_sum,
     policy_ratio,
 )
+from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import PackedBatch, pack
-from reasoning_rl.groups import ScoredGroups, completion_rows, rollout_metrics, sample_and_score
-from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
-from reasoning_rl.policy.loading import set_training
+from reasoning_rl.groups import ScoredGroups, completion_rows, rollout_metrics
 from reasoning_rl.optim import build_optimizer, clip_and_measure
+from reasoning_rl.policy.loading import set_training
+from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
 from reasoning_rl.reference import frozen_reference
 
 CRITIC_BACKBONES: dict[str, Callable[[Any], Any]] = {
@@ -247,6 +250,7 @@ class PPO(Algorithm):
         metrics = self.update(ro)
         t2 = time.perf_counter()
         metrics.update(rollout_metrics(ro.groups, self.ctx.reward.specs[0].key))
+        metrics.update(staleness_metrics([c.policy_version for c in ro.groups.completions], step))
         # Token means of the rollouts: over all completion tokens, or the scorable ones (value_mask).
         stats = TokenStats(("kl/mean", "kl/k1_mean", "advantage/abs_mean", "value/mean", "value/return_mean"))
         stats.add_mean("kl/mean", ro.kl_k3, float(ro.mask.sum()))
@@ -265,13 +269,11 @@ class PPO(Algorithm):
     def rollout(self, step: int) -> PPORollouts:
         """Sample, score, and compute what the update needs: old log-probs, values, GAE."""
         a, ctx = self.cfg, self.ctx
-        seed = ctx.cfg.trainer.seed * 1_000_003 + step
-        examples = [ctx.train_examples[i] for i in ctx.sampler.next(a.prompts_per_step)]
-        groups = sample_and_score(ctx, examples, a.group_size, seed=seed)
-        prompts = [c.prompt_token_ids for c in groups.completions]
-        comps = [c.token_ids if c.token_ids else [ctx.tokenizer.eos_token_id] for c in groups.completions]
+        _, groups = sample_step(ctx, a.prompts_per_step, a.group_size, step_seed(ctx.cfg.trainer.seed, step))
+        rows = training_rows(groups, ctx.tokenizer.eos_token_id)
+        prompts, comps = rows.prompts, rows.completions
         pad, temperature, mb = ctx.tokenizer.pad_token_id, ctx.sampling.temperature, a.micro_batch_size
-        support = {"top_k": ctx.sampling.top_k, "top_p": ctx.sampling.top_p}  # the sampled distribution
+        support = sampled_support(ctx.sampling)
         set_training(ctx.model, False)
         set_training(self.critic, False)
         width = max(len(c) for c in comps)
@@ -303,8 +305,10 @@ class PPO(Algorithm):
         a, ctx = self.cfg, self.ctx
         model, critic = ctx.model, self.critic
         temperature, device, mb = ctx.sampling.temperature, ctx.device, a.micro_batch_size
-        support = {"top_k": ctx.sampling.top_k, "top_p": ctx.sampling.top_p}
+        support = sampled_support(ctx.sampling)
         n = len(ro.completions)
+        behaviour = behaviour_rows(ro.groups.completions, ro.completions)  # the sampler's log-probs, or None
+        mismatch = MismatchStats()
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses): the
         # policy loss over every completion, the value loss over the scorable ones.
         lengths = [len(c) for c in ro.completions]
@@ -319,7 +323,7 @@ class PPO(Algorithm):
                             "entropy/mean"))
         set_training(model, True)
         set_training(critic, True)
-        for _ in range(a.num_iterations):
+        for epoch in range(a.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             self.critic_optimizer.zero_grad(set_to_none=True)
             for s in range(0, n, mb):
@@ -339,6 +343,12 @@ class PPO(Algorithm):
                 # each token goes in as a row of its own.
                 surrogate = clipped_surrogate(ratio.reshape(-1, 1), adv.reshape(-1),
                                               a.eps_low, a.eps_high).view_as(ratio)  # [b, L]
+                if behaviour is not None:  # decoupled off-policy correction: w(pi_old / mu) (algo.correction)
+                    mu_logp = pad_rows(behaviour[s:e], width).to(device)  # [b, L]
+                    corr = correct_tokens(a.correction, logp, old_logp, mu_logp, adv, mask, a.correction_options())
+                    surrogate = surrogate * corr.weight
+                    if epoch == 0:
+                        mismatch.add(old_logp, mu_logp, mask, corr)
                 policy_loss = aggregate(a.loss_aggregation, -surrogate, mask, norm)  # we minimise -J
                 value_loss_tokens, value_clipped = clipped_value_loss(values, old_values, returns,
                                                                       a.value_clip)  # [b, L] each
@@ -366,4 +376,5 @@ class PPO(Algorithm):
             **stats.means(),
             "grad/norm": sums["grad_norm"] / mu, "grad/critic_norm": sums["critic_grad_norm"] / mu,
             "lr": self.scheduler.get_last_lr()[0], "lr/critic": self.critic_scheduler.get_last_lr()[0],
+            **mismatch.metrics(),
         }

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from reasoning_rl.algo.base import AlgoConfig, StepOutput
+from reasoning_rl.algo.batch import sample_step, step_seed, trained_tokens
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
 from reasoning_rl.algo.likelihood import rejection_coefficients
 from reasoning_rl.algo.offline import Group, OfflineSamples, groups_of, offline_samples
 from reasoning_rl.algo.registry import register_algorithm
-from reasoning_rl.groups import completion_rows, rollout_metrics, sample_and_score
+from reasoning_rl.groups import completion_rows, rollout_metrics
 
 SAMPLE_SOURCES = ("initial", "current")
 
@@ -91,9 +92,8 @@ class RFT(LikelihoodAlgorithm):
             slot = self.offline.slots[step]
             metrics = offline_metrics(slot)
         else:
-            indices = ctx.sampler.next(a.prompts_per_step)
-            scored = sample_and_score(ctx, [ctx.train_examples[i] for i in indices], a.group_size,
-                                      seed=ctx.cfg.trainer.seed * 1_000_003 + step)
+            indices, scored = sample_step(ctx, a.prompts_per_step, a.group_size,
+                                          step_seed(ctx.cfg.trainer.seed, step))
             slot = groups_of(scored, indices, ctx.reward.specs[0].key)
             metrics = rollout_metrics(scored, ctx.reward.specs[0].key)
             metrics.update({"time/generate": scored.seconds.get("generate", 0.0),
@@ -103,8 +103,7 @@ class RFT(LikelihoodAlgorithm):
                 rows = completion_rows(scored, coefficients)
         t1 = time.perf_counter()
         prompts = [g.prompt_token_ids for g in slot for _ in g.samples]
-        # An empty completion is trained as its EOS, as in GRPO.
-        completions = [x.token_ids or [ctx.tokenizer.eos_token_id] for g in slot for x in g.samples]
+        completions = [trained_tokens(x.token_ids, ctx.tokenizer.eos_token_id) for g in slot for x in g.samples]
         coefficients = rejection_coefficients([x.correct for g in slot for x in g.samples])
         metrics.update(self.weighted_update(prompts, completions, coefficients))
         metrics.update({"rft/accepted_fraction": float(coefficients.mean()), "time/rollout": t1 - t0})

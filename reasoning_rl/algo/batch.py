@@ -1,0 +1,80 @@
+"""The batch every sampling algorithm builds the same way, between the prompt sampler and its loss.
+
+GRPO, PPO, Online RFT and the offline set of RFT and DPO (``reasoning_rl.algo.offline``)
+all do, for training step ``s``:
+
+    seed         <- trainer.seed * 1_000_003 + s        (:func:`step_seed`)
+    prompts      <- the sampler's next prompts_per_step  (:func:`sample_step`)
+    completions  <- group_size samples per prompt, scored by the task's reward
+    rows         <- (prompt ids, completion ids), an empty completion trained as its EOS
+                                                         (:func:`training_rows`)
+    log-probs    <- under the distribution the engine sampled from: the same top-k / top-p
+                                                         (:func:`sampled_support`)
+
+Each rule lives here once, so the algorithms cannot drift apart: an offline slot ``s`` is
+sampled exactly like an online algorithm's step ``s`` (same prompts, same seed), which is what
+makes DeepSeekMath's "same number of sampled completions" comparison (arXiv 2402.03300,
+sec. 5.2.1) a comparison of algorithms and not of data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reasoning_rl.groups import ScoredGroups, sample_and_score
+
+if TYPE_CHECKING:
+    from reasoning_rl.algo.base import RunContext
+
+STEP_SEED_STRIDE = 1_000_003
+"""A prime: the seeds of two runs whose trainer.seed differs never meet within a million steps."""
+
+
+def step_seed(trainer_seed: int, step: int) -> int:
+    """The sampling seed of training step ``step`` (0-based) of a run seeded ``trainer_seed``."""
+    return trainer_seed * STEP_SEED_STRIDE + step
+
+
+def sample_step(ctx: RunContext, prompts: int, group_size: int, seed: int) -> tuple[list[int], ScoredGroups]:
+    """The sampler's next ``prompts`` training examples (this rank's share of them when
+    data-parallel) and ``group_size`` scored samples of each: (example indices, groups)."""
+    indices = ctx.sampler.next(prompts)
+    return indices, sample_and_score(ctx, [ctx.train_examples[i] for i in indices], group_size, seed=seed)
+
+
+def trained_tokens(token_ids: Sequence[int], eos_token_id: int) -> list[int]:
+    """The token ids a sampled completion is trained as. An empty completion (the engine stopped
+    at once, or a stop string cut everything) is trained as its EOS: a row needs at least one
+    token for its log-prob, and EOS is what the policy emitted."""
+    return list(token_ids) if token_ids else [eos_token_id]
+
+
+@dataclass
+class TrainingRows:
+    """The token rows of a batch of sampled completions, in the batch's order."""
+
+    prompts: list[list[int]]
+    completions: list[list[int]]
+    """As trained on (:func:`trained_tokens`)."""
+
+    def __len__(self) -> int:
+        return len(self.completions)
+
+    def lengths(self) -> list[int]:
+        """Completion tokens of each row, what the loss's denominators count."""
+        return [len(c) for c in self.completions]
+
+
+def training_rows(groups: ScoredGroups, eos_token_id: int) -> TrainingRows:
+    """The (prompt, completion) token rows of ``groups``' samples, prompt-major like the groups."""
+    return TrainingRows([list(c.prompt_token_ids) for c in groups.completions],
+                        [trained_tokens(c.token_ids, eos_token_id) for c in groups.completions])
+
+
+def sampled_support(sampling: Any) -> dict[str, Any]:
+    """The ``top_k`` / ``top_p`` the engine sampled with (a ``SamplingConfig``), as keyword arguments of
+    the log-prob functions (``reasoning_rl.policy.logprobs``): the ratio and the KL must be taken under
+    the distribution the tokens were drawn from, renormalised over the same support."""
+    return {"top_k": sampling.top_k, "top_p": sampling.top_p}

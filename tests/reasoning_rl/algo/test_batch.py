@@ -1,0 +1,57 @@
+"""The batch every sampling algorithm builds alike (reasoning_rl.algo.batch)."""
+
+from types import SimpleNamespace
+
+import torch
+
+from reasoning_rl.algo import batch as batch_module
+from reasoning_rl.algo.batch import sample_step, sampled_support, step_seed, trained_tokens, training_rows
+from reasoning_rl.groups import ScoredGroups
+from reasoning_rl.prompt_sampler import PromptSampler
+from reasoning_rl.rollout import Completion, SamplingConfig
+
+
+def test_the_step_seed_is_the_run_seed_times_a_prime_plus_the_step():
+    assert step_seed(0, 7) == 7
+    assert step_seed(2, 5) == 2 * 1_000_003 + 5  # 2_000_011
+    assert len({step_seed(s, k) for s in range(3) for k in range(1000)}) == 3000  # no two meet
+
+
+def test_an_empty_completion_is_trained_as_its_eos():
+    assert trained_tokens([], eos_token_id=9) == [9]
+    assert trained_tokens((4, 5), eos_token_id=9) == [4, 5]
+
+
+def _completion(prompt, tokens):
+    return Completion(text="", token_ids=list(tokens), finish_reason="stop", prompt_token_ids=list(prompt))
+
+
+def test_training_rows_are_prompt_major_with_empty_completions_as_eos():
+    groups = ScoredGroups(examples=[], completions=[_completion([1, 2], [3]), _completion([1, 2], []),
+                                                    _completion([7], [8, 8])],
+                          rewards=torch.zeros(3, 1), components={}, verifier_failures={})
+    rows = training_rows(groups, eos_token_id=0)
+    assert rows.prompts == [[1, 2], [1, 2], [7]]
+    assert rows.completions == [[3], [0], [8, 8]]
+    assert rows.lengths() == [1, 1, 2] and len(rows) == 3
+
+
+def test_the_log_probs_take_the_support_the_engine_sampled_from():
+    sampling = SamplingConfig(max_new_tokens=4, top_k=5, top_p=0.9)
+    assert sampled_support(sampling) == {"top_k": 5, "top_p": 0.9}
+
+
+def test_sample_step_draws_the_samplers_next_prompts_with_the_given_seed(monkeypatch):
+    calls = []
+
+    def fake_sample_and_score(ctx, examples, n, seed):
+        calls.append((examples, n, seed))
+        return "scored"
+
+    monkeypatch.setattr(batch_module, "sample_and_score", fake_sample_and_score)
+    sampler, twin = PromptSampler(10, seed=3), PromptSampler(10, seed=3)
+    ctx = SimpleNamespace(sampler=sampler, train_examples=[f"e{i}" for i in range(10)])
+    indices, scored = sample_step(ctx, prompts=4, group_size=2, seed=step_seed(3, 1))
+    assert indices == twin.next(4)  # the sampler advanced by exactly 4
+    assert scored == "scored"
+    assert calls == [([f"e{i}" for i in indices], 2, 3_000_010)]
