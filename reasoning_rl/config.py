@@ -4,7 +4,7 @@ Each group (``task``, ``model``, ``algo``, ``rollout``, ``trainer``, ``warmstart
 ``evaluation``) is a dataclass with a docstring per field; the defaults here are the
 values of ``conf/train.yaml`` and the default group files (a test checks they agree).
 ``algo`` is typed by the chosen algorithm's own dataclass (``GRPOConfig`` in
-``reasoning_rl/algo/grpo.py``), a subclass of ``AlgoConfig``. The schemas are
+``reasoning_rl/algo/grpo_config.py``), a subclass of ``AlgoConfig``. The schemas are
 registered with Hydra's ConfigStore (:func:`register_configs`), so a typo in an
 override or a wrong type fails at composition time with the key's name; a key added
 with ``+`` that no schema knows is refused by :func:`key_problems`, and every value is
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reasoning_rl.algo.base import AlgoConfig
-from reasoning_rl.algo.grpo import GRPOConfig
+from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.config_checks import (
     TRAIN_RANGES,
     ConfigError,
