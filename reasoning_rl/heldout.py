@@ -4,13 +4,13 @@ and Pass@K / Maj@K from the sampled completions.
 Scored by :func:`reasoning_rl.tasks.scoring.grade` with the reward's first component (the
 dataset definition's verifier), the function and correctness rule the benchmark harness
 uses, so held-out accuracy here and ``reasoning-rl-eval`` on the same split agree. Pass@K is
-the unbiased estimator of :func:`benchmarks.metrics.pass_at_k`; Maj@K the majority vote of
-:func:`benchmarks.metrics.maj_at_k` over K samples, averaged over several random orders of
-the n samples (an estimate of the expected vote of K random samples, less noisy than the
-first K alone). A sample votes for the answer its verifier extracted, or, when the verifier
-scored it with no answer field at all (a plugin returning ``VerifierResult.ok(score)`` alone), for
-its whitespace-normalised completion (:func:`benchmarks.metrics.vote_answer`); an unscorable sample
-does not vote. ``reasoning-rl-eval`` additionally merges answers the verifier calls equal
+the unbiased estimator of :func:`reasoning_rl.tasks.sample_metrics.pass_at_k`; Maj@K the majority
+vote of :func:`reasoning_rl.tasks.sample_metrics.maj_at_k` over K samples, averaged over several
+random orders of the n samples (an estimate of the expected vote of K random samples, less noisy
+than the first K alone). A sample votes for the answer its verifier extracted, or, when the
+verifier scored it with no answer field at all (a plugin returning ``VerifierResult.ok(score)``
+alone), for its whitespace-normalised completion (``sample_metrics.vote_answer``); an unscorable
+sample does not vote. ``reasoning-rl-eval`` additionally merges answers the verifier calls equal
 (``0.5`` and ``\\frac12``).
 """
 
@@ -21,9 +21,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from benchmarks.metrics import maj_at_k, pass_at_k, reports_answers, vote_answer
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks import Example
+from reasoning_rl.tasks.sample_metrics import maj_at_k, pass_at_k, reports_answers, vote_answer
 from reasoning_rl.tasks.scoring import Graded, extracted_answer, grade, is_correct
 from rewards.compose import CompositeReward
 from rewards.pool import WorkerPool
