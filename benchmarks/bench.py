@@ -7,6 +7,7 @@
     reasoning-rl-bench lmhead [--allocators glibc returned kept]   # peak RSS of a log-prob forward + backward
                                                         # at SmolLM2-135M's shape: LM head chunked or not, checkpointing
     reasoning-rl-bench gpu   [--backend vllm|hf] [--device cpu]   # a few GRPO steps with vLLM rollouts (CPU build too)
+    reasoning-rl-bench plan  [<train overrides>] [--device-gb 80]  # predicted peak memory by component (meta device)
 
 Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes ``run(argv)``.
 Every run appends one JSON record (commit, date, machine, arguments, figures) to
@@ -34,6 +35,7 @@ SUBCOMMANDS: dict[str, str] = {
     "memory": "benchmarks.perf.algo_memory",
     "lmhead": "benchmarks.perf.lmhead_memory",
     "gpu": "benchmarks.perf.gpu_smoke",
+    "plan": "benchmarks.perf.plan",
 }
 ALIASES: dict[str, str] = {"math-equiv": "math", "code-exec": "code"}
 
