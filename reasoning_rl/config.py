@@ -220,32 +220,14 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(problems_message(problems))
 
 
-FSDP_ALGORITHMS = ("grpo",)
-"""Algorithm modules trainer.fsdp=true is built and tested for (GRPO, DAPO's loss, Dr. GRPO, GSPO, RLOO, REINFORCE++)."""
-
-
 def fsdp_problems(cfg: TrainConfig) -> list[str]:
-    """Combinations ``trainer.fsdp=true`` refuses, each with the reason. FSDP runs collectives inside
-    every forward and backward, so every rank must run the same number of them; and only the models
-    the run loop shards (policy, reference) are handled."""
-    out = []
-    if cfg.algo.name not in FSDP_ALGORITHMS:
-        why = {"ppo": "its critic (a second trained model with its own optimiser) is not sharded yet"}.get(
-            cfg.algo.name, "a rank without samples to learn from skips its forward and backward passes, "
-            "which FSDP's per-layer collectives cannot allow")
-        out.append(f"trainer.fsdp=true supports algo.name in {list(FSDP_ALGORITHMS)} (algo=grpo, dr_grpo, gspo, "
-                   f"rloo, reinforce_pp, dapo without dynamic sampling), not {cfg.algo.name!r}: {why}; "
-                   "drop trainer.fsdp for the replicated data-parallel run")
+    """Combinations ``trainer.fsdp=true`` refuses, each with the reason: the algorithm's own
+    (``AlgoConfig.fsdp_problems``: which algorithms and settings shard is theirs to say) and the
+    rollout engine's."""
+    out = cfg.algo.fsdp_problems()
     if cfg.rollout.backend == "vllm":
         out.append("trainer.fsdp=true with rollout.backend=vllm is not supported (the weight sync reads a whole "
                    "state_dict on each rank and is untested with shards); use rollout.backend=hf or native")
-    if getattr(cfg.algo, "dynamic_sampling", False):
-        out.append("trainer.fsdp=true with algo.dynamic_sampling=true is not supported: ranks may keep different "
-                   "numbers of groups, hence run different numbers of forward/backward passes, and FSDP's "
-                   "collectives would wait forever; set algo.dynamic_sampling=false")
-    if getattr(cfg.algo, "ref_reset_every", 0):
-        out.append("trainer.fsdp=true with algo.ref_reset_every > 0 is not supported (resetting and saving a "
-                   "sharded reference is not built); set algo.ref_reset_every=0")
     return out
 
 

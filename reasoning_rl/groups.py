@@ -18,9 +18,9 @@ import torch
 
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
-from reasoning_rl.heldout import is_correct
 from reasoning_rl.rollout import Completion
 from reasoning_rl.tasks import Example
+from reasoning_rl.tasks.scoring import is_correct
 from rewards.audit import AuditReport, VerifierAudit, merge
 from rewards.batch import BatchScores
 

@@ -68,6 +68,15 @@ class AlgoConfig:
                        f"{self.learning_rate}, {self.lr_warmup_steps}")
         return out
 
+    def fsdp_problems(self) -> list[str]:
+        """Why ``trainer.fsdp=true`` cannot train these settings (empty when it can). FSDP runs
+        collectives inside every forward and backward, so every rank must run the same number of
+        them, and only the models the run loop shards (policy, reference) are handled. An algorithm
+        built and tested for FSDP says so by overriding this (``GRPOConfig``)."""
+        return [f"trainer.fsdp=true does not support algo.name={self.name!r}: a rank without samples to learn "
+                "from skips its forward and backward passes, which FSDP's per-layer collectives cannot allow; "
+                "drop trainer.fsdp for the replicated data-parallel run"]
+
 
 @dataclass
 class ClippedPolicyConfig(AlgoConfig):

@@ -113,3 +113,17 @@ class GRPOConfig(ClippedPolicyConfig):
         if self.ref_reset_every < 0 or self.dynamic_sampling_max_rounds < 0:
             out.append("algo.ref_reset_every and algo.dynamic_sampling_max_rounds must be >= 0")
         return out
+
+    def fsdp_problems(self) -> list[str]:
+        """GRPO and its variants (dr_grpo, gspo, rloo, reinforce_pp, dapo's loss) shard with FSDP2:
+        every rank trains on its share of the groups, the same number of forward/backward passes
+        (tests/reasoning_rl/test_distributed.py). Two settings break that or are not built."""
+        out = []
+        if self.dynamic_sampling:
+            out.append("trainer.fsdp=true with algo.dynamic_sampling=true is not supported: ranks may keep different "
+                       "numbers of groups, hence run different numbers of forward/backward passes, and FSDP's "
+                       "collectives would wait forever; set algo.dynamic_sampling=false")
+        if self.ref_reset_every:
+            out.append("trainer.fsdp=true with algo.ref_reset_every > 0 is not supported (resetting and saving a "
+                       "sharded reference is not built); set algo.ref_reset_every=0")
+        return out

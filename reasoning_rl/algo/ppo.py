@@ -125,6 +125,10 @@ class PPOConfig(ClippedPolicyConfig):
             out.append(f"algo.critic_learning_rate must be >= 0, got {self.critic_learning_rate}")
         return out
 
+    def fsdp_problems(self) -> list[str]:
+        return ["trainer.fsdp=true does not support algo.name='ppo': its critic (a second trained model with its "
+                "own optimiser) is not sharded yet; drop trainer.fsdp for the replicated data-parallel run"]
+
 
 class ValueModel(torch.nn.Module):
     """The critic: V(s_t) = w . h_t + b on the last hidden state h_t of a causal LM's transformer.
