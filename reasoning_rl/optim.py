@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from reasoning_rl.algo.base import AlgoConfig
+from reasoning_rl.policy.precision import MixedPrecision
 
 
 def lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]:
@@ -34,7 +35,7 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: AlgoConfig,
     The fused kernel (one pass over all parameters instead of a loop of small ops; the same
     update up to float rounding) is used where torch has it: float parameters on CPU or CUDA.
     Measured in docs/performance.md."""
-    params = list(params)
+    params = [p for p in params if p.requires_grad]  # LoRA: the adapters only (no state for frozen weights)
     fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
                                   betas=(cfg.adam_beta1, cfg.adam_beta2), fused=fused or None)
@@ -43,8 +44,13 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: AlgoConfig,
     return optimizer, scheduler
 
 
-def clip_and_measure(params: list[torch.nn.Parameter], max_norm: float) -> float:
+def clip_and_measure(params: list[torch.nn.Parameter], max_norm: float,
+                     unscale: Callable[[], Any] | None = None) -> float:
     """Global gradient norm before clipping; clips to ``max_norm`` when it is > 0.
+
+    ``unscale`` (fp16 loss scaling, ``reasoning_rl.policy.precision``) divides the gradients by the
+    loss scale after they are summed over ranks and before they are measured: the norm and the clip
+    are those of the true gradients, and every rank sees the same inf/NaN.
 
     Data-parallel runs first sum the gradients over ranks (``reasoning_rl.distributed``): the
     losses are divided by the global batch's denominators (``LossNormalizer.for_batch``), so
@@ -54,6 +60,18 @@ def clip_and_measure(params: list[torch.nn.Parameter], max_norm: float) -> float
 
     params = list(params)
     distributed.all_reduce_gradients(params)
+    if unscale is not None:
+        unscale()
     if max_norm > 0:
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     return float(torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params if p.grad is not None)))
+
+
+def step_optimizer(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], max_norm: float,
+                   precision: MixedPrecision | None = None) -> float:
+    """One optimiser step after the backward passes: sum over ranks, unscale (fp16), measure and clip,
+    step (skipped under fp16 when a gradient is inf/NaN). Returns the gradient norm before clipping."""
+    precision = precision or MixedPrecision("fp32")
+    norm = clip_and_measure(params, max_norm, unscale=lambda: precision.unscale(optimizer))
+    precision.step(optimizer)
+    return norm
