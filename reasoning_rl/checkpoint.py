@@ -3,7 +3,10 @@
 Layout of a run folder::
 
     <run>/checkpoint-<step>/   model (save_pretrained), tokenizer, trainer_state.pt,
-                               prompting.json (how the policy was prompted), manifest.json
+                               prompting.json (how the policy was prompted), manifest.json;
+                               a LoRA run (model.lora.r > 0): the adapter (adapter_model.safetensors,
+                               adapter_config.json) and base_model.json instead of the model
+                               (reasoning_rl.policy.lora; ``reasoning-rl-export`` merges it)
     <run>/reference/           the frozen reference policy (only when beta > 0)
 
 A checkpoint is written to ``<run>/.checkpoint-<step>.tmp`` and renamed into place
@@ -56,6 +59,7 @@ import torch
 from reasoning_rl import distributed
 from reasoning_rl.atomic import atomic_directory_write, recover_directory_writes
 from reasoning_rl.errors import UserError
+from reasoning_rl.policy.lora import is_lora, save_adapter
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,8 @@ def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, state:
     def write(tmp: Path) -> None:
         if full_model is not None:
             model.save_pretrained(tmp, state_dict=full_model)
+        elif is_lora(model):  # the adapter and the settings of its frozen base, not the whole model
+            save_adapter(model, tmp)
         else:
             model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

@@ -18,9 +18,16 @@ from typing import Any
 
 import torch
 
-from reasoning_rl.policy.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
 from reasoning_rl.hub import first_line, hub_unreachable
+from reasoning_rl.policy.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
 from reasoning_rl.policy.lm_head import describe_chunk, resolve_chunk, set_chunk
+from reasoning_rl.policy.lora import (
+    LoRAConfig,
+    is_adapter_folder,
+    read_base_settings,
+    trainable_parameters,
+    wrap_lora,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +74,22 @@ class ModelConfig:
     name_or_path: str = TINY
     """Hugging Face model name, a local checkpoint folder, or ``tiny`` for the built-in model."""
     dtype: str = "float32"
-    """Parameter dtype: float32, bfloat16 or float16."""
+    """Parameter dtype: float32, bfloat16 or float16. The trained policy's master weights; with
+    ``trainer.precision`` bf16/fp16 it must be float32 (the compute dtype is the precision's)."""
+    reference_dtype: str | None = None
+    """Storage dtype of the frozen reference policy (float32, bfloat16, float16); null = ``dtype``.
+    bfloat16 halves its memory; its log-probs are then those of the rounded weights. Ignored with
+    LoRA (the reference is the policy's own base, docs/lora.md)."""
     device: str = "auto"
     """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1``..."""
     trust_remote_code: bool = False
     """Passed to ``from_pretrained``; only enable for models you trust."""
     attn_implementation: str | None = "sdpa"
     """Attention kernel for ``from_pretrained`` (``sdpa``, ``eager``, ``flash_attention_2``) or null for the default."""
+    runtime: str = "auto"
+    """What computes the policy's forward, decided once at start-up and printed with the reason
+    (reasoning_rl.policy.runtime): ``hf`` (transformers' modules), ``lean`` (the lean Llama/Qwen2
+    forward; an error naming why when the model cannot run it) or ``auto`` (lean on the CPU when it can)."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass: the training forward keeps
     only every layer's input (saves most activation memory, costs one more forward; docs/models.md)."""
@@ -87,6 +103,9 @@ class ModelConfig:
     gguf: GGUFSourceConfig = field(default_factory=GGUFSourceConfig)
     """A GGUF file inside an installed package (``gguf.package`` set): converted once into
     ``<gguf.cache_dir>/<name_or_path>/`` and loaded from there (reasoning_rl.policy.gguf_cache)."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """Low-rank adapters through peft (``lora.r > 0``): only they train, the reference is the base with
+    the adapter off, checkpoints hold the adapter (reasoning_rl.policy.lora, docs/lora.md)."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -161,6 +180,48 @@ def load_model(cfg: ModelConfig) -> tuple[Any, Any]:
             trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation,
         )
     apply_memory_settings(model, cfg)
+    if cfg.lora.r > 0:
+        model = wrap_lora(model, cfg.lora, base=base_settings(cfg))
+        trainable, total = trainable_parameters(model)
+        log.info("model: LoRA r=%d alpha=%g on %s: %d of %d parameters trainable (%.2f%%)", cfg.lora.r,
+                 cfg.lora.alpha, ",".join(cfg.lora.target_modules), trainable, total, 100 * trainable / total)
+    return model, tokenizer
+
+
+def base_settings(cfg: ModelConfig) -> dict[str, Any]:
+    """``cfg`` as a dict without its adapter: what rebuilds the frozen base of a LoRA checkpoint."""
+    from dataclasses import asdict
+
+    out = asdict(cfg)
+    out.pop("lora")
+    return out
+
+
+def model_config_from(settings: dict[str, Any]) -> ModelConfig:
+    """A :class:`ModelConfig` from a ``base_model.json`` (unknown keys refused by the dataclass)."""
+    values = dict(settings)
+    tiny = TinyModelConfig(**values.pop("tiny", {}))
+    gguf = GGUFSourceConfig(**values.pop("gguf", {}))
+    return ModelConfig(**values, tiny=tiny, gguf=gguf)
+
+
+def load_adapter_checkpoint(folder: Path, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+    """A LoRA checkpoint (peft adapter + ``base_model.json``): its base rebuilt from the recorded
+    settings, the adapter loaded onto it (trainable, so a resumed run trains it on), and the
+    checkpoint's own tokenizer."""
+    from reasoning_rl.policy.lora import require_peft
+
+    peft = require_peft(f"the LoRA checkpoint {str(folder)!r}")
+    settings = read_base_settings(folder)
+    cfg = model_config_from(settings)
+    cfg.device, cfg.dtype = device, dtype
+    base, _ = load_model(cfg)
+    model = peft.PeftModel.from_pretrained(base, str(folder), is_trainable=True)
+    model.reasoning_rl_base = base_settings(cfg)
+    tokenizer = load_tokenizer(str(folder))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
     return model, tokenizer
 
 
@@ -234,6 +295,8 @@ def load_pretrained(
     from transformers import AutoModelForCausalLM
 
     path = local_model_path(name_or_path)
+    if path is not None and is_adapter_folder(path):  # a LoRA checkpoint (reasoning_rl.policy.lora)
+        return load_adapter_checkpoint(path, device=device, dtype=dtype)
     if path is not None and not (path / "config.json").exists():
         raise FileNotFoundError(
             f"{str(path)!r} holds no config.json, so it is not a saved model; "
