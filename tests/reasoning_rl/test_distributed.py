@@ -20,6 +20,7 @@ from reasoning_rl import distributed
 from reasoning_rl.algo.losses import LossNormalizer
 from reasoning_rl.checkpoint import STATE_FILE, list_checkpoints
 from reasoning_rl.config import ConfigError, TrainConfig, validate
+from reasoning_rl.distributed import process_group
 from reasoning_rl.metrics_log import read_metrics
 from reasoning_rl.optim import clip_and_measure
 from reasoning_rl.policy.loading import load_pretrained
@@ -226,8 +227,8 @@ def test_metrics_are_summed_maxed_token_weighted_or_averaged_by_their_key():
 def test_each_rank_gets_its_shard_of_the_same_global_draw(monkeypatch):
     draws = {}
     for r in (0, 1):
-        monkeypatch.setattr(distributed, "world_size", lambda: 2)
-        monkeypatch.setattr(distributed, "rank", lambda r=r: r)
+        monkeypatch.setattr(process_group, "world_size", lambda: 2)
+        monkeypatch.setattr(process_group, "rank", lambda r=r: r)
         sampler = PromptSampler(10, seed=3)
         draws[r] = [sampler.next(4), sampler.next(4)]
         assert sampler.state_dict() == {"epoch": 0, "position": 8}  # every rank advances by the global 4
@@ -243,7 +244,7 @@ def test_a_batch_that_does_not_split_over_the_ranks_says_what_to_do(monkeypatch)
     check_world_size(cfg, 2)
     with pytest.raises(ConfigError, match=r"algo.prompts_per_step=6 cannot be split evenly over 4 ranks.*multiple of 4"):
         check_world_size(cfg, 4)
-    monkeypatch.setattr(distributed, "world_size", lambda: 4)
+    monkeypatch.setattr(process_group, "world_size", lambda: 4)
     with pytest.raises(ValueError, match="cannot be split evenly over 4 ranks"):
         PromptSampler(10, seed=0).next(6)
 
