@@ -44,6 +44,7 @@ from reasoning_rl.memory import keep_freed_memory, memory_report
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics, with_heldout_ends
 from reasoning_rl.policy.loading import apply_memory_settings, load_model, load_pretrained, set_training
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
+from reasoning_rl.policy.runtime_check import check_runtime
 from reasoning_rl.prompt_sampler import PromptSampler
 from reasoning_rl.rollout import HFEngine, SamplingConfig, make_engine
 from reasoning_rl.tasks import Task
@@ -109,6 +110,13 @@ class Trainer:
             if cfg.evaluation.enabled and eval_split else []
         )
         self.sampler = PromptSampler(len(self.train_examples), cfg.trainer.seed)
+        # The runtime's log-probs against transformers' modules on a few sampled tokens (stops the run when they differ).
+        self.runtime_check = check_runtime(self.model, self.tokenizer, self.engine,
+                                           [ex.prompt for ex in self.train_examples[:2]], self.sampling,
+                                           group_size=getattr(cfg.algo, "group_size", 1), seed=cfg.trainer.seed)
+        _engine_metrics(self.engine)  # what the engine measured on the check's batch is not step 1's
+        log.info("policy runtime check: %s", self.runtime_check.describe())
+        self._check_metrics = {"policy/runtime_max_abs_diff": self.runtime_check.max_abs_diff}  # on every step
         self.context = RunContext(
             cfg=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, device=self.device,
             engine=self.engine, sampling=self.sampling, reward=self.reward, pool=self.pool,
@@ -184,7 +192,8 @@ class Trainer:
             atomic_write_text(self.run_dir / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "algorithm": cfg.algo.name,
                                    "variant": cfg.algo.variant, "label": self.algorithm.label,
-                                   "world_size": distributed.world_size(), "policy_runtime": self.runtime.as_dict()}
+                                   "world_size": distributed.world_size(),
+                                   "policy_runtime": {**self.runtime.as_dict(), **self.runtime_check.as_dict()}}
         warm = self._warm_start()
         if warm is not None:
             summary["warm_start"] = warm
@@ -211,8 +220,8 @@ class Trainer:
                 self.step += 1
                 self._sync_engine()  # the new weights into the engine, in place
                 elapsed = time.perf_counter() - t0
-                metrics = {**out.metrics, **_engine_metrics(self.engine), "rollout/policy_version": version,
-                           "time/step": elapsed}
+                metrics = {**out.metrics, **_engine_metrics(self.engine), **self._check_metrics,
+                           "rollout/policy_version": version, "time/step": elapsed}
                 metrics = distributed.reduce_metrics(metrics)  # over ranks (docs/metrics.md)
                 if "completion/tokens" in metrics:
                     metrics["throughput/completion_tokens_per_s"] = metrics["completion/tokens"] / max(elapsed, 1e-9)
