@@ -13,6 +13,14 @@ memory: the training state (parameters, gradients, optimiser states of every mod
 (``task.audit``), the mean ``audit/disagree_rate`` and the summed disagreements of each kind.
 No run is dropped: a run without metrics is still listed with its status.
 
+Statistics (reasoning_rl.report_stats): per setting, the mean of ``--metric`` (held-out greedy accuracy
+after training by default) over its seeds with a 95% bootstrap interval, the collapsed runs counted
+(``--collapse-fraction``; a collapsed run stays in the means), and with ``--baseline <setting>`` the paired
+difference of each setting to it on the same seeds. When the runs logged the ``mismatch/*`` metrics (an
+off-policy sampler: docs/offpolicy.md), their means per setting too:
+
+    reasoning-rl-report sweeps/offpolicy_lab --baseline "algo.correction=none,rollout_inject=none"
+
 Written to ``<sweep>/report/``: ``report.md`` (the table), ``runs.json`` and ``runs.csv``
 (one record per run), ``reward_curves.png`` (training reward against step, one line per
 setting, averaged over seeds) and ``accuracy_vs_<x>.png`` (held-out greedy accuracy after
@@ -27,7 +35,6 @@ import csv
 import io
 import json
 import math
-import statistics
 import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -37,7 +44,10 @@ from typing import Any
 import yaml
 
 from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.report_plots import pass_maj_curves, plot_accuracy, plot_pass_maj, plot_reward_curves
+from reasoning_rl.report_stats import COLLAPSE_FRACTION, collapse_reason, format_stats, setting_stats
 from reasoning_rl.run_status import read_status
 
 
@@ -71,6 +81,17 @@ class RunRecord:
     """Sum over steps of ``audit/ours_pass_theirs_fail``: possible false positives of the reward."""
     audit_ours_fail_theirs_pass: int | None = None
     """Sum over steps of ``audit/ours_fail_theirs_pass``: possible false negatives of the reward."""
+    collapsed: bool = False
+    """The run collapsed (reasoning_rl.report_stats: non-finite loss, or accuracy / reward fell below a fraction)."""
+    collapse_reason: str | None = None
+    mismatch_log_rho: float | None = None
+    """Mean over steps of ``mismatch/log_rho_abs_mean`` (None when the sampler reported no log-probs)."""
+    mismatch_kl_k3: float | None = None
+    """Mean over steps of ``mismatch/kl_k3``."""
+    mismatch_ess: float | None = None
+    """Mean over steps of ``mismatch/ess_fraction``."""
+    mismatch_masked: float | None = None
+    """Mean over steps of ``mismatch/masked_token_fraction`` (the correction's)."""
     error: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
     """Every config value, dotted (``algo.beta``), for plotting against."""
@@ -127,7 +148,26 @@ def _json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def read_run(run_dir: Path, root: Path) -> RunRecord:
+def _head_mean(metrics: list[dict[str, Any]], key: str) -> float | None:
+    values = _finite(metrics, key)
+    head = values[:max(1, len(values) // 10)]
+    return sum(head) / len(head) if head else None
+
+
+def _mean(metrics: list[dict[str, Any]], key: str) -> float | None:
+    values = _finite(metrics, key)
+    return sum(values) / len(values) if values else None
+
+
+def _collapse(metrics: list[dict[str, Any]], before: dict[str, Any], after: dict[str, Any],
+              fraction: float) -> dict[str, Any]:
+    losses = [m.get(k) for m in metrics for k in ("loss/total", "loss/policy") if isinstance(m.get(k), (int, float))]
+    reason = collapse_reason(losses, before.get("greedy_accuracy"), after.get("greedy_accuracy"),
+                             _head_mean(metrics, "reward/mean"), _tail_mean(metrics, "reward/mean"), fraction)
+    return {"collapsed": reason is not None, "collapse_reason": reason}
+
+
+def read_run(run_dir: Path, root: Path, collapse_fraction: float = COLLAPSE_FRACTION) -> RunRecord:
     """Everything the report says about one run folder (never raises on a partial folder)."""
     values = _flatten(yaml.safe_load((run_dir / "config.yaml").read_text()) or {})
     status = read_status(run_dir) or {}
@@ -159,16 +199,19 @@ def read_run(run_dir: Path, root: Path) -> RunRecord:
         pass_before=_at_k(before, "pass"), pass_after=_at_k(after, "pass"),
         maj_before=_at_k(before, "maj"), maj_after=_at_k(after, "maj"),
         error=" ".join((status.get("error") or "").split())[:200] if label == "failed" else None,
-        values=values, **_audit(metrics),
+        values=values, **_audit(metrics), **_collapse(metrics, before, after, collapse_fraction),
+        mismatch_log_rho=_mean(metrics, "mismatch/log_rho_abs_mean"), mismatch_kl_k3=_mean(metrics, "mismatch/kl_k3"),
+        mismatch_ess=_mean(metrics, "mismatch/ess_fraction"),
+        mismatch_masked=_mean(metrics, "mismatch/masked_token_fraction"),
     )
 
 
-def find_runs(sweep_dir: Path) -> list[RunRecord]:
+def find_runs(sweep_dir: Path, collapse_fraction: float = COLLAPSE_FRACTION) -> list[RunRecord]:
     """Every run folder under ``sweep_dir`` (a folder with the config.yaml the CLI writes)."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"sweep folder {str(sweep_dir)!r} does not exist")
-    runs = [read_run(p.parent, sweep_dir) for p in sorted(sweep_dir.rglob("config.yaml"))
+    runs = [read_run(p.parent, sweep_dir, collapse_fraction) for p in sorted(sweep_dir.rglob("config.yaml"))
             if "report" not in p.relative_to(sweep_dir).parts and ".hydra" not in p.parts]
     return sorted(runs, key=lambda r: (r.setting, r.seed if r.seed is not None else -1))
 
@@ -199,7 +242,8 @@ def format_table(runs: list[RunRecord]) -> str:
              + (" audit disagree (ours pass / ours fail) |" if audited else ""),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if audited else "")]
     for r in runs:
-        status = r.status + (f": {r.error}" if r.error else "")
+        status = r.status + (f": {r.error}" if r.error else "") + (f" (collapsed: {r.collapse_reason})"
+                                                                    if r.collapsed else "")
         steps = f"{r.steps_done}/{r.steps_total}" if r.steps_total is not None else str(r.steps_done)
         wall = "-" if r.wall_s is None else f"{r.wall_s / 60:.1f} min"
         lines.append(f"| {r.setting} | {r.seed} | {status} | {steps} | {_num(r.final_reward, '.3f')} "
@@ -212,38 +256,6 @@ def format_table(runs: list[RunRecord]) -> str:
     lines.append("")
     lines.append(f"{len(runs)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     return "\n".join(lines)
-
-
-def _mean_curves(records: list[dict[str, float]]) -> dict[str, float]:
-    """Per K, the mean over the records that have it."""
-    ks = sorted({k for r in records for k in r}, key=int)
-    return {k: statistics.mean(r[k] for r in records if k in r) for k in ks}
-
-
-@dataclass
-class KCurves:
-    """Held-out Pass@K and Maj@K (by K) of one setting, means over its ``runs`` finished seeds."""
-
-    label: str
-    runs: int
-    pass_at: dict[str, float]
-    maj_at: dict[str, float]
-
-
-def pass_maj_curves(runs: list[RunRecord]) -> list[KCurves]:
-    """After training, one entry per setting; last, "before training": the policies the runs started
-    from (mean over every finished run)."""
-    done = [r for r in runs if r.status == "finished" and r.pass_after]
-    curves = []
-    for setting in sorted({r.setting for r in done}):
-        mine = [r for r in done if r.setting == setting]
-        curves.append(KCurves(setting, len(mine), _mean_curves([r.pass_after for r in mine]),
-                              _mean_curves([r.maj_after for r in mine])))
-    before = [r for r in done if r.pass_before]
-    if before:
-        curves.append(KCurves("before training", len(before), _mean_curves([r.pass_before for r in before]),
-                              _mean_curves([r.maj_before for r in before])))
-    return curves
 
 
 def format_k_table(runs: list[RunRecord]) -> str | None:
@@ -261,112 +273,49 @@ def format_k_table(runs: list[RunRecord]) -> str | None:
     return "\n".join(lines)
 
 
-def plot_pass_maj(runs: list[RunRecord]) -> bytes | None:
-    """Held-out Pass@K (left) and Maj@K (right) against K, one line per setting, the policy before
-    training dashed (means over seeds)."""
-    curves = pass_maj_curves(runs)
-    if not curves:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
-    for ax, metric, title in ((axes[0], "pass", "Pass@K"), (axes[1], "maj", "Maj@K")):
-        for c in curves:
-            values = c.pass_at if metric == "pass" else c.maj_at
-            style = {"color": "black", "linestyle": "--"} if c.label == "before training" else {"marker": "o"}
-            ax.plot([int(k) for k in values], list(values.values()), label=c.label, **style)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("K (samples per problem)")
-        ax.set_title(f"held-out {title}")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("accuracy")
-    axes[1].legend(fontsize=8)
-    data = _png(fig)
-    plt.close(fig)
-    return data
-
-
 def _swept(runs: list[RunRecord], key: str) -> bool:
     return len({json.dumps(r.values.get(key)) for r in runs}) > 1
 
 
-def _png(fig: Any) -> bytes:
-    buffer = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
-
-
-def plot_reward_curves(sweep_dir: Path, runs: list[RunRecord]) -> bytes | None:
-    """Training reward against step, one line per setting (mean over its seeds, smoothed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_setting: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in runs:
-        for m in read_metrics(sweep_dir / r.path / "metrics.jsonl"):
-            value = m.get("reward/mean")
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                by_setting[r.setting][m["step"]].append(value)
-    if not by_setting:
+def format_mismatch(runs: list[RunRecord]) -> str | None:
+    """Means over each setting's runs of the mismatch metrics (None when no run logged them)."""
+    if not any(r.mismatch_log_rho is not None for r in runs):
         return None
-    fig, ax = plt.subplots(figsize=(9, 5))
-    for setting, per_step in sorted(by_setting.items()):
-        steps = sorted(per_step)
-        means = [sum(per_step[s]) / len(per_step[s]) for s in steps]
-        window = max(1, len(means) // 20)
-        smooth = [sum(means[max(0, i - window + 1):i + 1]) / len(means[max(0, i - window + 1):i + 1])
-                  for i in range(len(means))]
-        ax.plot(steps, smooth, label=setting)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training reward (moving average)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    data = _png(fig)
-    plt.close(fig)
-    return data
+    lines = ["| setting | mean \\|log rho\\| | KL(mu \\|\\| pi) k3 | ESS / N | masked tokens |", "|---|---|---|---|---|"]
+    for setting in sorted({r.setting for r in runs}):
+        mine = [r for r in runs if r.setting == setting]
+
+        def avg(field: str, mine: list[RunRecord] = mine) -> float | None:
+            xs = [getattr(r, field) for r in mine if getattr(r, field) is not None]
+            return sum(xs) / len(xs) if xs else None
+
+        lines.append(f"| `{setting}` | {_num(avg('mismatch_log_rho'), '.4f')} | {_num(avg('mismatch_kl_k3'), '.4f')} "
+                     f"| {_num(avg('mismatch_ess'), '.3f')} | {_pct(avg('mismatch_masked'))} |")
+    return "\n".join(lines)
 
 
-def plot_accuracy(runs: list[RunRecord], x: str, series: str | None) -> bytes | None:
-    """Held-out greedy accuracy after training against ``x``, one line per value of ``series``
-    (mean over seeds; error bars = their standard deviation). Finished runs only."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    done = [r for r in runs if r.status == "finished" and r.greedy_after is not None and x in r.values]
-    if not done:
-        return None
-    groups: dict[Any, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in done:
-        groups[r.values.get(series) if series else None][float(r.values[x])].append(r.greedy_after)
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for label, points in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        xs = sorted(points)
-        ys = [statistics.mean(points[v]) for v in xs]
-        err = [statistics.pstdev(points[v]) if len(points[v]) > 1 else 0.0 for v in xs]
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"{series}={label}" if series else None)
-    ax.set_xlabel(x)
-    ax.set_ylabel("held-out greedy accuracy after training")
-    ax.grid(alpha=0.3)
-    if series:
-        ax.legend()
-    data = _png(fig)
-    plt.close(fig)
-    return data
+def format_statistics(runs: list[RunRecord], metric: str = "greedy_after", baseline: str | None = None) -> str:
+    """The statistics section of report.md (reasoning_rl.report_stats)."""
+    if metric not in RunRecord.__dataclass_fields__ or metric in ("path", "setting", "status", "values", "error"):
+        numeric = [f for f, t in RunRecord.__annotations__.items() if "float" in str(t)]
+        raise ConfigError(f"--metric {metric!r} is not a number of the report's runs; choose one of {numeric}")
+    pct = metric in ("greedy_before", "greedy_after", "sampled_after")
+    paired = f"; paired differences to {baseline} on the same seeds" if baseline else ""
+    text = ("Per setting, mean over seeds with a 95% bootstrap interval; collapsed runs counted and kept in the "
+            f"means (reasoning_rl.report_stats){paired}:\n\n"
+            + format_stats(setting_stats(runs, metric, baseline), metric, baseline, pct))
+    mismatch = format_mismatch(runs)
+    if mismatch is not None:
+        text += "\n\nSampler/trainer mismatch, means over each setting's runs of the per-step means:\n\n" + mismatch
+    return text
 
 
 def write_report(sweep_dir: str | Path, x: str | None = None, series: str | None = None,
-                 out_dir: str | Path | None = None) -> dict[str, Any]:
+                 out_dir: str | Path | None = None, baseline: str | None = None, metric: str = "greedy_after",
+                 collapse_fraction: float = COLLAPSE_FRACTION) -> dict[str, Any]:
     """Collect the sweep's runs, write the report files; returns their paths and the table."""
     sweep_dir = Path(sweep_dir)
-    runs = find_runs(sweep_dir)
+    runs = find_runs(sweep_dir, collapse_fraction)
     if not runs:
         raise FileNotFoundError(f"no run folders (with a config.yaml from reasoning-rl-train) under {sweep_dir}")
     out = Path(out_dir) if out_dir else sweep_dir / "report"
@@ -374,6 +323,7 @@ def write_report(sweep_dir: str | Path, x: str | None = None, series: str | None
     k_table = format_k_table(runs)
     if k_table is not None:
         table += "\n\nHeld-out Pass@K and Maj@K after training (means over seeds):\n\n" + k_table
+    table += "\n\n" + format_statistics(runs, metric, baseline)
     written = {"table": table, "runs": len(runs)}
     atomic_write_text(out / "report.md", f"# Sweep report: {sweep_dir}\n\n{table}\n")
     atomic_write_text(out / "runs.json", json.dumps([asdict(r) for r in runs], indent=2, default=str))
@@ -413,10 +363,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--x", help="config key on the accuracy plot's x axis (default: algo.beta when swept)")
     parser.add_argument("--series", help="config key with one line per value (default: algo.group_size when swept)")
     parser.add_argument("--out", help="where to write the report (default: <sweep_dir>/report)")
+    parser.add_argument("--baseline", help="a setting (its folder name) to compare every other with, paired by seed")
+    parser.add_argument("--metric", default="greedy_after", help="the run value the statistics are about "
+                        "(a runs.csv column; default: greedy_after, held-out greedy accuracy after training)")
+    parser.add_argument("--collapse-fraction", type=float, default=COLLAPSE_FRACTION,
+                        help="a run collapsed when its accuracy or reward fell below this times its start "
+                        "(or a loss is NaN/inf; reasoning_rl.report_stats)")
     parser.add_argument(DEBUG_FLAG, action="store_true", help="show the traceback of an input error (docs/errors.md)")
     args = parser.parse_args(pop_debug_flag(list(sys.argv[1:] if argv is None else argv)))
     try:
-        written = write_report(args.sweep_dir, args.x, args.series, args.out)
+        written = write_report(args.sweep_dir, args.x, args.series, args.out, args.baseline, args.metric,
+                               args.collapse_fraction)
     except Exception as exc:
         # Bad input (no run folders, a report folder that cannot be written): one line, exit code 2.
         error = as_user_error(exc, "--out <folder>")
