@@ -12,6 +12,7 @@ taken, so every algorithm's learning rate follows the same curve over the run's 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from reasoning_rl import distributed
 from reasoning_rl.algo.base import Algorithm
 from reasoning_rl.algo.likelihood import weighted_nll
 from reasoning_rl.algo.losses import LossNormalizer
+from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import pack
 from reasoning_rl.optim import build_optimizer, clip_and_measure
 from reasoning_rl.policy.loading import set_training
@@ -64,8 +66,9 @@ class LikelihoodAlgorithm(Algorithm):
                 "update/skipped": 0.0 if losses_backpropagated else 1.0}
 
     def weighted_update(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                        coefficients: torch.Tensor) -> dict[str, float]:
-        """One optimiser step on ``weighted_nll`` over these N sequences (``coefficients``: ``[N]``).
+                        coefficients: torch.Tensor, aggregation: str = "sequence_mean") -> dict[str, float]:
+        """One optimiser step on ``weighted_nll`` (``aggregation``: its mean) over these N sequences
+        (``coefficients``: ``[N]``).
 
         Rows with coefficient 0 are skipped (they add nothing) but stay counted in N."""
         ctx, a = self.ctx, self.cfg
@@ -74,21 +77,22 @@ class LikelihoodAlgorithm(Algorithm):
         rows = [i for i in range(len(completions)) if float(coefficients[i]) != 0.0]
         set_training(ctx.model, True)
         t0 = time.perf_counter()
-        loss_total, nll_tokens, nll_sum = 0.0, 0.0, 0.0
+        loss_total = 0.0
+        stats = TokenStats(("nll/token_mean",))  # over the trained rows' tokens, every micro-batch and rank
         for s in range(0, len(rows), a.micro_batch_size):
             idx = rows[s:s + a.micro_batch_size]
             packed = pack([prompts[i] for i in idx], [completions[i] for i in idx],
                           ctx.tokenizer.pad_token_id).to(ctx.device)
             logp, _ = completion_logprobs(ctx.model, packed.input_ids, packed.attention_mask,
                                           packed.completion_start, ctx.sampling.temperature)
-            loss = weighted_nll(logp, coefficients[idx].to(logp.device), packed.completion_mask, norm)
+            loss = weighted_nll(logp, coefficients[idx].to(logp.device), packed.completion_mask, norm, aggregation)
             loss.backward()  # micro-batch losses add up to the batch loss
             loss_total += float(loss.detach())
-            nll_sum += float(-(logp.detach() * packed.completion_mask).sum())
-            nll_tokens += float(packed.completion_mask.sum())
+            stats.add("nll/token_mean", -logp, packed.completion_mask)
         t1 = time.perf_counter()
         out = self.optimizer_step(losses_backpropagated=bool(rows))
-        out.update({"loss/total": loss_total, "nll/token_mean": nll_sum / nll_tokens if nll_tokens else 0.0,
+        nll = stats.means()["nll/token_mean"]  # a collective when data-parallel
+        out.update({"loss/total": loss_total, "nll/token_mean": 0.0 if math.isnan(nll) else nll,
                     "update/sequences": float(len(rows)), "time/policy": t1 - t0,
                     "time/optimizer": time.perf_counter() - t1})
         return out

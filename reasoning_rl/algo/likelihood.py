@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from reasoning_rl.algo.losses import LossNormalizer, masked_sum, sequence_mean
+from reasoning_rl.algo.losses import LossNormalizer, masked_sum, sequence_mean, token_mean
 
 
 def sft_coefficients(num_sequences: int) -> torch.Tensor:
@@ -35,17 +35,27 @@ def rejection_coefficients(correct: Sequence[bool]) -> torch.Tensor:
     return torch.tensor([1.0 if c else 0.0 for c in correct])
 
 
+NLL_AGGREGATIONS = ("sequence_mean", "token_mean")
+"""How :func:`weighted_nll` averages: per sequence then over N (eq. 5), or over all T tokens."""
+
+
 def weighted_nll(logp: torch.Tensor, coefficients: torch.Tensor, mask: torch.Tensor,
-                 normalizer: LossNormalizer | None = None) -> torch.Tensor:
+                 normalizer: LossNormalizer | None = None, aggregation: str = "sequence_mean") -> torch.Tensor:
     """The loss whose gradient is eq. 5 with one coefficient per sequence (SFT, RFT, Online RFT):
 
-        loss = -1/N sum_i GC_i * 1/|o_i| sum_t log pi_theta(o_it | q_i, o_i<t)
+        sequence_mean:  loss = -1/N sum_i GC_i * 1/|o_i| sum_t log pi_theta(o_it | q_i, o_i<t)
+        token_mean:     loss = -1/T sum_i GC_i * sum_t log pi_theta(o_it | q_i, o_i<t),  T = sum_i |o_i|
 
-    ``coefficients`` is ``[B]``. N is ``normalizer.num_sequences``, the whole optimisation
-    batch's sequences (every sampled completion for RFT, accepted or not, as in eq. 5's
-    expectation over D), so the losses of its micro-batches add up."""
-    return sequence_mean(-logp * coefficients.unsqueeze(-1), mask,
-                         num_sequences=None if normalizer is None else normalizer.num_sequences)
+    ``coefficients`` is ``[B]``. N and T are ``normalizer``'s, the whole optimisation batch's
+    sequences and tokens (every sampled completion for RFT, accepted or not, as in eq. 5's
+    expectation over D), so the losses of its micro-batches add up. ``token_mean`` weighs a
+    long target like many short ones (the warm start's cross-entropy, ``reasoning_rl.warmstart``)."""
+    if aggregation not in NLL_AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {', '.join(NLL_AGGREGATIONS)}")
+    weighted = -logp * coefficients.unsqueeze(-1)  # [B, L]
+    if aggregation == "token_mean":
+        return token_mean(weighted, mask, num_tokens=None if normalizer is None else normalizer.num_tokens)
+    return sequence_mean(weighted, mask, num_sequences=None if normalizer is None else normalizer.num_sequences)
 
 
 def sequence_logprob(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from typing import Any
 
 from reasoning_rl.algo.base import AlgoConfig, StepOutput
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
-from reasoning_rl.algo.likelihood import sft_coefficients
+from reasoning_rl.algo.likelihood import NLL_AGGREGATIONS, sft_coefficients
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.errors import UserError
 
@@ -32,6 +32,16 @@ class SFTConfig(AlgoConfig):
     variant: str = "sft"
     prompts_per_step: int = 64
     """Reference solutions per optimisation step."""
+    loss_aggregation: str = "sequence_mean"
+    """sequence_mean (eq. 5: each solution's token mean, then the mean over solutions) or token_mean
+    (one mean over every target token of the step, the cross-entropy of the supervised warm start)."""
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.loss_aggregation not in NLL_AGGREGATIONS:
+            out.append(f"algo.loss_aggregation={self.loss_aggregation!r} is unknown for algo=sft; "
+                       f"choose one of {', '.join(NLL_AGGREGATIONS)}")
+        return out
 
 
 class MissingSolutionError(UserError, ValueError):
@@ -57,6 +67,7 @@ class SFT(LikelihoodAlgorithm):
         examples = [ctx.train_examples[i] for i in ctx.sampler.next(self.cfg.prompts_per_step)]
         prompts = [ctx.tokenizer(e.prompt, add_special_tokens=False)["input_ids"] for e in examples]
         targets = self.encode_targets([e.solution or "" for e in examples])
-        metrics = self.weighted_update(prompts, targets, sft_coefficients(len(targets)))
+        metrics = self.weighted_update(prompts, targets, sft_coefficients(len(targets)),
+                                       aggregation=self.cfg.loss_aggregation)
         metrics["completion/length_mean"] = sum(len(t) for t in targets) / len(targets)
         return StepOutput(metrics)

@@ -11,8 +11,9 @@ divides only at the end, after ONE all-reduce of all sums and counts together
 (:func:`reasoning_rl.distributed.sum_floats`). Nothing is divided early, so there is no
 denominator to get wrong: dividing a rank's sum by the global count (what PPO did) logged
 ``ratio/mean`` = 1/2 on two ranks; a mean of per-micro-batch means weights a short
-micro-batch like a long one. Every sampling algorithm (GRPO, PPO) logs its token statistics
-through it, and every rank gets the global mean (so the run loop's reduction over ranks,
+micro-batch like a long one. Every algorithm logs its token statistics through it (GRPO and
+PPO their ratios, clips, KL and entropy; the likelihood algorithms their ``nll/token_mean``),
+and every rank gets the global mean (so the run loop's reduction over ranks,
 :func:`reasoning_rl.distributed.combine_metrics`, has identical values to combine).
 """
 

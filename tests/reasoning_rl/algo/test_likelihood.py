@@ -85,3 +85,16 @@ def test_dpo_loss_with_the_batch_pair_count_adds_up_and_is_stable():
     whole = dpo_loss(z)
     assert float(dpo_loss(z[:1], 3.0) + dpo_loss(z[1:], 3.0)) == pytest.approx(float(whole))
     assert math.isfinite(float(dpo_loss(torch.tensor([-1e4]))))  # logsigmoid: no overflow
+
+
+def test_weighted_nll_token_mean_weighs_every_target_token_alike():
+    """The warm start's cross-entropy: one mean over all T target tokens of the step."""
+    # Tokens -1, -2 (sequence 0) and -0.5 (sequence 1), GC 1 each: T = 3, loss = 3.5 / 3.
+    logp = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -9.0, -9.0]], requires_grad=True)
+    loss = weighted_nll(logp, torch.ones(2), MASK, LossNormalizer.for_mask(MASK), aggregation="token_mean")
+    assert float(loss) == pytest.approx(3.5 / 3)
+    loss.backward()
+    # d loss / d logp_it = -1/T on every target token (sequence_mean would give -1/4 and -1/2).
+    torch.testing.assert_close(logp.grad, torch.tensor([[-1 / 3, -1 / 3, 0.0], [-1 / 3, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match="unknown aggregation 'median'; expected one of sequence_mean, token_mean"):
+        weighted_nll(logp, torch.ones(2), MASK, aggregation="median")
