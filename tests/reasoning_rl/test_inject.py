@@ -1,13 +1,16 @@
 """rollout.inject: the sampler is a seeded, perturbed or delayed copy of the policy; the trainer is not."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from reasoning_rl.config import ConfigError, validate
 from reasoning_rl.inject import InjectConfig, InjectedEngine, inject_engine, perturb_
 from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.policy.engines import NativeEngine
 from reasoning_rl.policy.loading import load_model
-from reasoning_rl.rollout import NativeEngine, SamplingConfig
+from reasoning_rl.rollout import SamplingConfig
 from tests.reasoning_rl.conftest import _train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented
 
@@ -111,3 +114,21 @@ def test_an_injected_run_logs_documented_mismatch_metrics_and_corrects(tmp_path)
     assert [m["mismatch/staleness_max"] for m in metrics] == [0.0, 1.0, 1.0]
     assert all(m["mismatch/log_rho_abs_mean"] > 0 and 0 < m["mismatch/ess_fraction"] <= 1 for m in metrics)
     assert all(0 <= m["mismatch/truncated_token_fraction"] <= 1 for m in metrics)
+
+
+INJECT_OPTIONS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "rollout" / "inject").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", INJECT_OPTIONS)
+def test_every_inject_option_composes_into_the_lab_and_validates(name):
+    from hydra import compose, initialize_config_module
+
+    from reasoning_rl.cli import to_train_config
+    from reasoning_rl.config import register_configs
+
+    register_configs()
+    with initialize_config_module("conf", version_base=None):
+        cfg = to_train_config(compose("train", overrides=["experiment=offpolicy_lab", f"rollout/inject={name}"]))
+    validate(cfg)
+    assert cfg.rollout.inject.active() == (name != "none")
+    assert isinstance(cfg.rollout.inject, InjectConfig)
