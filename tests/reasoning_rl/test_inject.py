@@ -132,3 +132,22 @@ def test_every_inject_option_composes_into_the_lab_and_validates(name):
     validate(cfg)
     assert cfg.rollout.inject.active() == (name != "none")
     assert isinstance(cfg.rollout.inject, InjectConfig)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_corrections_run_in_both_algorithms_with_several_updates_a_batch(algo, tmp_path):
+    from reasoning_rl.algo.ppo import PPOConfig
+    from rewards.compose import RewardSpec
+
+    cfg = tiny_config(steps=2)
+    cfg.trainer.save_every = 0
+    cfg.rollout.inject.noise = 0.1
+    if algo == "ppo":  # "has a digit" varies between samples of the untrained model: advantages are not all 0
+        cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
+        cfg.algo = PPOConfig(prompts_per_step=4, group_size=1, micro_batch_size=3, learning_rate=1e-3)
+    cfg.algo.num_iterations = 2  # decoupled: w(pi_old / mu) fixed over both updates, the clip on pi_theta / pi_old
+    cfg.algo.correction = "icepop" if algo == "ppo" else "dppo_tv"
+    _train(cfg, tmp_path / "run")
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert all(m["mismatch/log_rho_abs_mean"] > 0 and m["loss/total"] == m["loss/total"] for m in metrics)
+    assert undocumented(metrics[0]) == []
