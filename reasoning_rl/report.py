@@ -92,6 +92,8 @@ class RunRecord:
     """Mean over steps of ``mismatch/ess_fraction``."""
     mismatch_masked: float | None = None
     """Mean over steps of ``mismatch/masked_token_fraction`` (the correction's)."""
+    mismatch_truncated: float | None = None
+    """Mean over steps of ``mismatch/truncated_token_fraction`` (tis)."""
     error: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
     """Every config value, dotted (``algo.beta``), for plotting against."""
@@ -203,6 +205,7 @@ def read_run(run_dir: Path, root: Path, collapse_fraction: float = COLLAPSE_FRAC
         mismatch_log_rho=_mean(metrics, "mismatch/log_rho_abs_mean"), mismatch_kl_k3=_mean(metrics, "mismatch/kl_k3"),
         mismatch_ess=_mean(metrics, "mismatch/ess_fraction"),
         mismatch_masked=_mean(metrics, "mismatch/masked_token_fraction"),
+        mismatch_truncated=_mean(metrics, "mismatch/truncated_token_fraction"),
     )
 
 
@@ -281,7 +284,8 @@ def format_mismatch(runs: list[RunRecord]) -> str | None:
     """Means over each setting's runs of the mismatch metrics (None when no run logged them)."""
     if not any(r.mismatch_log_rho is not None for r in runs):
         return None
-    lines = ["| setting | mean \\|log rho\\| | KL(mu \\|\\| pi) k3 | ESS / N | masked tokens |", "|---|---|---|---|---|"]
+    lines = ["| setting | mean \\|log rho\\| | KL(mu \\|\\| pi) k3 | ESS / N | masked tokens "
+             "| truncated tokens |", "|---|---|---|---|---|---|"]
     for setting in sorted({r.setting for r in runs}):
         mine = [r for r in runs if r.setting == setting]
 
@@ -290,7 +294,8 @@ def format_mismatch(runs: list[RunRecord]) -> str | None:
             return sum(xs) / len(xs) if xs else None
 
         lines.append(f"| `{setting}` | {_num(avg('mismatch_log_rho'), '.4f')} | {_num(avg('mismatch_kl_k3'), '.4f')} "
-                     f"| {_num(avg('mismatch_ess'), '.3f')} | {_pct(avg('mismatch_masked'))} |")
+                     f"| {_num(avg('mismatch_ess'), '.3f')} | {_pct(avg('mismatch_masked'))} "
+                     f"| {_pct(avg('mismatch_truncated'))} |")
     return "\n".join(lines)
 
 

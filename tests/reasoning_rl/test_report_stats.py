@@ -102,7 +102,7 @@ def test_the_report_prints_intervals_paired_differences_collapse_and_mismatch(tm
         # seed 2 of the injected setting collapses by its reward (0.1 < 0.5 x 0.3), not its accuracy (0.20 >= 0.15)
         _run(tmp_path / "inject=stale4" / f"seed={seed}", seed, 0.3, b, [0.3, 0.1 if seed == 2 else 0.4],
              mismatch={"mismatch/log_rho_abs_mean": 0.2, "mismatch/kl_k3": 0.1, "mismatch/ess_fraction": 0.6,
-                       "mismatch/masked_token_fraction": 0.0})
+                       "mismatch/masked_token_fraction": 0.0, "mismatch/truncated_token_fraction": 0.05})
     assert report.main([str(tmp_path), "--baseline", "inject=none"]) == 0
     text = (tmp_path / "report" / "report.md").read_text()
     stats_table = text.split("mean [95% CI]")[1].split("Sampler/trainer")[0]
@@ -112,7 +112,7 @@ def test_the_report_prints_intervals_paired_differences_collapse_and_mismatch(tm
     # paired: 40-50, 45-60, 20-55 = -10, -15, -35: mean -20.0 in [-35.0, -10.0]
     assert rows["| `inject=stale4`"].startswith("| `inject=stale4` | 3 | 1 | 0 | 35.0 [20.0, 45.0] | "
                                                 "-20.0 [-35.0, -10.0] (n=3) |")
-    assert "| `inject=stale4` | 0.2000 | 0.1000 | 0.600 | 0.0% |" in text
+    assert "| `inject=stale4` | 0.2000 | 0.1000 | 0.600 | 0.0% | 5.0% |" in text
     assert "(collapsed: training reward 0.100 < 0.5 x 0.300 at the start)" in text
     records = json.loads((tmp_path / "report" / "runs.json").read_text())
     assert sum(r["collapsed"] for r in records) == 1
