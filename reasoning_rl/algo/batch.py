@@ -10,6 +10,7 @@ all do, for training step ``s``:
                                                          (:func:`training_rows`)
     log-probs    <- under the distribution the engine sampled from: the same top-k / top-p
                                                          (:func:`sampled_support`)
+    passes       <- micro_batch_size rows a forward/backward pass, any count (:func:`micro_batching`)
 
 Each rule lives here once, so the algorithms cannot drift apart: an offline slot ``s`` is
 sampled exactly like an online algorithm's step ``s`` (same prompts, same seed), which is what
@@ -19,6 +20,7 @@ sec. 5.2.1) a comparison of algorithms and not of data.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -78,3 +80,46 @@ def sampled_support(sampling: Any) -> dict[str, Any]:
     the log-prob functions (``reasoning_rl.policy.logprobs``): the ratio and the KL must be taken under
     the distribution the tokens were drawn from, renormalised over the same support."""
     return {"top_k": sampling.top_k, "top_p": sampling.top_p}
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """How one step's rows go through the model: ``rows`` a forward/backward pass."""
+
+    rows: int
+    """Rows a micro-batch (the last one may hold fewer)."""
+    shared_rows: int
+    """Consecutive rows that share one prompt in the shared-prompt forward (1: every row runs
+    prompt + completion in full)."""
+    note: str | None = None
+    """Why the shared-prompt forward encodes a prompt more than once a group, or steps aside."""
+
+
+def micro_batching(micro_batch_size: int, group_size: int, shared_prompt_forward: bool) -> MicroBatching:
+    """Micro-batches of any row count, smaller than a group included.
+
+    The advantages are computed over whole groups before the batch is split (the rollout), and
+    every loss denominator is the whole batch's (``LossNormalizer.for_batch``), so a micro-batch
+    may cut a group anywhere: the micro-batch losses still add up to the batch loss, and their
+    gradients to its gradient.
+
+    The shared-prompt forward needs rows ``i*d .. i*d+d-1`` to share a prompt. Micro-batches start
+    at multiples of m = ``micro_batch_size`` and groups at multiples of G; with d = gcd(m, G), every
+    d-row block of a micro-batch starts at a multiple of d and, d dividing G, lies inside one group.
+    So the forward encodes each prompt once per d rows: once per group when m is a multiple of G,
+    and not at all when gcd(m, G) = 1 (it steps aside; ``note`` says why)."""
+    m, g = micro_batch_size, group_size
+    if not shared_prompt_forward or g == 1:
+        return MicroBatching(m, 1)
+    d = math.gcd(m, g)
+    if d == 1:
+        return MicroBatching(m, 1, f"the shared-prompt forward steps aside: algo.micro_batch_size={m} and "
+                                   f"algo.group_size={g} have no common factor, so no block of rows in a "
+                                   f"micro-batch is sure to share a prompt and every row runs prompt + "
+                                   f"completion; a micro_batch_size that is a multiple of {g} encodes each "
+                                   f"prompt once per group")
+    if d < g:
+        return MicroBatching(m, d, f"the shared-prompt forward encodes each prompt once per {d} rows, not once "
+                                   f"per group of {g}: algo.micro_batch_size={m} cuts groups (gcd({m}, {g}) "
+                                   f"= {d}); a multiple of {g} encodes it once per group")
+    return MicroBatching(m, g)

@@ -17,6 +17,7 @@ recomputed. DAPO, Dr. GRPO and RLOO are settings of this module (``conf/algo/``)
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, fields
 from typing import Any
@@ -26,7 +27,7 @@ import torch
 from reasoning_rl import distributed
 from reasoning_rl.algo.advantages import advantage_options, compute_advantages, zero_std_fraction
 from reasoning_rl.algo.base import Algorithm, StepOutput
-from reasoning_rl.algo.batch import sample_step, sampled_support, step_seed, training_rows
+from reasoning_rl.algo.batch import micro_batching, sample_step, sampled_support, step_seed, training_rows
 from reasoning_rl.algo.entropy_control import EntropyControl, position_deciles
 from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.algo.losses import LossNormalizer, grpo_loss
@@ -47,6 +48,8 @@ from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, p
 from reasoning_rl.policy.precision import MixedPrecision
 from reasoning_rl.reference import frozen_reference, reset_reference
 
+log = logging.getLogger(__name__)
+
 DECILE_KEYS = tuple(f"entropy/decile_{d}" for d in range(10))
 """Mean token entropy by position in the completion: decile d holds tokens t with floor(10 t / |o|) = d."""
 
@@ -66,6 +69,10 @@ class Rollouts(ScoredGroups):
 class GRPO(Algorithm):
     label = "GRPO"
     cfg: GRPOConfig
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self._notes_logged: set[str] = set()
 
     def setup(self, state: dict[str, Any] | None) -> None:
         """pi_ref (only when beta > 0), AdamW and the schedule over steps * mu updates."""
@@ -147,12 +154,15 @@ class GRPO(Algorithm):
         return select_groups(parts, keep)
 
     def _micro_batch(self) -> tuple[int, int]:
-        """(rows per micro-batch, rows sharing a prompt). With the shared-prompt forward a
-        micro-batch holds whole groups: max(1, micro_batch_size // G) prompts x G completions."""
+        """(rows per micro-batch, rows sharing a prompt): ``algo.micro_batch_size`` rows of any count
+        (reasoning_rl.algo.batch.micro_batching); why the shared-prompt forward is partial or steps
+        aside is logged once."""
         a = self.cfg
-        if not self.ctx.cfg.trainer.shared_prompt_forward or a.group_size == 1:
-            return a.micro_batch_size, 1
-        return a.group_size * max(1, a.micro_batch_size // a.group_size), a.group_size
+        plan = micro_batching(a.micro_batch_size, a.group_size, self.ctx.cfg.trainer.shared_prompt_forward)
+        if plan.note is not None and plan.note not in self._notes_logged:
+            self._notes_logged.add(plan.note)
+            log.info("micro-batches: %s", plan.note)
+        return plan.rows, plan.shared_rows
 
     def update(self, ro: Rollouts) -> dict[str, float]:
         """mu optimisation steps on -J(theta) over this step's rollouts."""

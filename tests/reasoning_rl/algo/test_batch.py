@@ -2,10 +2,18 @@
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from reasoning_rl.algo import batch as batch_module
-from reasoning_rl.algo.batch import sample_step, sampled_support, step_seed, trained_tokens, training_rows
+from reasoning_rl.algo.batch import (
+    micro_batching,
+    sample_step,
+    sampled_support,
+    step_seed,
+    trained_tokens,
+    training_rows,
+)
 from reasoning_rl.groups import ScoredGroups
 from reasoning_rl.prompt_sampler import PromptSampler
 from reasoning_rl.rollout import Completion, SamplingConfig
@@ -55,3 +63,21 @@ def test_sample_step_draws_the_samplers_next_prompts_with_the_given_seed(monkeyp
     assert indices == twin.next(4)  # the sampler advanced by exactly 4
     assert scored == "scored"
     assert calls == [([f"e{i}" for i in indices], 2, 3_000_010)]
+
+
+@pytest.mark.parametrize(("m", "g", "shared", "rows", "shared_rows", "note"), [
+    (8, 4, True, 8, 4, None),           # whole groups: each prompt once per group (as before)
+    (2, 4, True, 2, 2, "once per 2 rows"),  # half a group a pass: rows 0-1, 2-3 share a prompt
+    (6, 4, True, 6, 2, "once per 2 rows"),  # 6 = 4 + 2: gcd 2, blocks of 2 never straddle a group
+    (3, 4, True, 3, 1, "steps aside"),  # gcd 1: a pass may hold rows of two prompts in any pattern
+    (3, 4, False, 3, 1, None),          # trainer.shared_prompt_forward=false: nothing to say
+    (5, 1, True, 5, 1, None),           # G = 1 (PPO-like): nothing to share
+])
+def test_micro_batches_of_any_size_share_prompts_where_they_can(m, g, shared, rows, shared_rows, note):
+    plan = micro_batching(m, g, shared)
+    assert (plan.rows, plan.shared_rows) == (rows, shared_rows)
+    assert (plan.note is None) if note is None else (note in plan.note)
+    # Every block of shared_rows rows of every micro-batch lies inside one group (16 rows = 4 groups).
+    for start in range(0, 16, plan.rows):
+        for block in range(start, min(16, start + plan.rows), plan.shared_rows):
+            assert block // g == (block + plan.shared_rows - 1) // g
