@@ -151,3 +151,17 @@ def test_corrections_run_in_both_algorithms_with_several_updates_a_batch(algo, t
     metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert all(m["mismatch/log_rho_abs_mean"] > 0 and m["loss/total"] == m["loss/total"] for m in metrics)
     assert undocumented(metrics[0]) == []
+
+
+def test_only_the_training_rollouts_come_from_the_copy(tmp_path):
+    from reasoning_rl.trainer import Trainer
+
+    cfg = tiny_config()
+    cfg.rollout.inject.noise = 0.1
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        assert isinstance(trainer.context.engine, InjectedEngine)  # what the algorithm samples from
+        assert trainer.engine.model is trainer.model  # evaluation and the KL probe: the policy itself
+        assert trainer.context.engine.behaviour is not trainer.model
+    finally:
+        trainer.close()
