@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from reasoning_rl.atomic import atomic_write_text
-from reasoning_rl.policy.logprobs import frozen_logprobs
 from reasoning_rl.policy.loading import set_training
+from reasoning_rl.policy.logprobs import frozen_logprobs
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
 
 

@@ -42,11 +42,12 @@ from reasoning_rl.heldout import evaluate_heldout
 from reasoning_rl.kl_to_base import BaseProbe, forward_kl, sample_probe
 from reasoning_rl.memory import keep_freed_memory, memory_report
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics, with_heldout_ends
+from reasoning_rl.policy.engines import HFEngine, make_engine
 from reasoning_rl.policy.loading import apply_memory_settings, load_model, load_pretrained, set_training
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.policy.runtime_check import check_runtime
 from reasoning_rl.prompt_sampler import PromptSampler
-from reasoning_rl.rollout import HFEngine, SamplingConfig, make_engine
+from reasoning_rl.rollout import SamplingConfig
 from reasoning_rl.tasks import Task
 from reasoning_rl.warmstart import supervised_warm_start
 from rewards.pool import WorkerPool

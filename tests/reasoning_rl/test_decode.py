@@ -7,9 +7,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from reasoning_rl.policy.engines import NativeEngine
 from reasoning_rl.policy.lean import LeanDecoder, group_size, lean_decoder_support
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
-from reasoning_rl.rollout import NativeEngine, SamplingConfig
+from reasoning_rl.rollout import SamplingConfig
 
 PROMPTS = ["What is 3 + 4? Answer: ", "1+2=", "What is 3 + 4? Answer: ", "12*3 is"]  # padding; a shared prompt
 

@@ -8,8 +8,9 @@ import torch
 
 from reasoning_rl.kl_to_base import BaseProbe, forward_kl, sample_probe
 from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.policy.engines import HFEngine
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
-from reasoning_rl.rollout import HFEngine, SamplingConfig
+from reasoning_rl.rollout import SamplingConfig
 from reasoning_rl.trainer import Trainer
 
 PROMPTS = ["What is 3 + 4? Answer: ", "What is 13 + 14? Answer: ", "Compute 1+2: ", "What is 7 * 8? Answer: "]

@@ -19,9 +19,9 @@ import torch
 import yaml
 
 from reasoning_rl.config import ConfigError, RolloutConfig
-from reasoning_rl.policy.logprobs import frozen_logprobs
+from reasoning_rl.policy.engines import HFEngine, make_engine
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
-from reasoning_rl.rollout import HFEngine, SamplingConfig, make_engine
+from reasoning_rl.policy.logprobs import frozen_logprobs
 from reasoning_rl.policy.vllm import (
     Platform,
     VLLMRolloutEngine,
@@ -34,6 +34,7 @@ from reasoning_rl.policy.vllm import (
     vllm_weight_name,
     vllm_weights,
 )
+from reasoning_rl.rollout import SamplingConfig
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 HAS_VLLM = importlib.util.find_spec("vllm") is not None

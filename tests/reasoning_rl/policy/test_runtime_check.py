@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from reasoning_rl.errors import UserError
+from reasoning_rl.policy.engines import NativeEngine
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.policy.runtime_check import RuntimeMismatchError, check_runtime, tolerance_for
-from reasoning_rl.rollout import NativeEngine, SamplingConfig
+from reasoning_rl.rollout import SamplingConfig
 
 PROMPTS = ["What is 3 + 4? Answer: ", "Compute 13 + 14. Answer: ", "unused"]
 

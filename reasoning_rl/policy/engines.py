@@ -1,0 +1,344 @@
+"""The sampling engines on the trainer's own model: ``hf`` (transformers ``generate``) and
+``native`` (our decode loop, on the lean runtime when ``model.runtime`` chose it). The vLLM
+engines, which hold their own copy of the weights, are in :mod:`reasoning_rl.policy.vllm`;
+:func:`make_engine` builds any of them from ``rollout.backend``. What a rollout is (the
+settings, a completion, the engine protocol, stop strings) is :mod:`reasoning_rl.rollout`.
+
+Every engine knows the policy version it samples from (``policy_version``: the number of RL
+steps whose update produced the weights) and tags each completion with it; the run loop calls
+``update_policy(model, version)`` after every step. These engines sample from the trainer's own
+model object, so for them that call only records the version.
+
+Completions keep their token ids as sampled, so the trainer scores exactly the tokens the policy
+produced (re-tokenising decoded text can change them). A completion that ended with EOS keeps the
+EOS token: the policy learns to stop. Each completion also carries ``logprobs``: the log-prob of
+each sampled token under the distribution it was drawn from, after temperature, top-k and top-p
+(``log softmax(z / T)`` renormalised over the top-k / top-p support); under greedy decoding, the
+log-prob under the temperature-1 distribution ``log softmax(z)`` of the argmax token. The loss
+never uses them (the trainer recomputes its own); off-policy corrections and mismatch metrics
+compare the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from reasoning_rl.policy.lean import LeanDecoder
+from reasoning_rl.policy.lm_head import sampling_support
+from reasoning_rl.policy.logprobs import cache_argument
+from reasoning_rl.policy.runtime import uses_lean
+from reasoning_rl.rollout import Completion, RolloutEngine, SamplingConfig, cut_at_stop
+
+
+class HFEngine:
+    """Batched sampling with ``model.generate`` (left padding, KV cache).
+
+    Temperature, top-k and top-p are applied by transformers' own warpers, passed to ``generate``
+    as logits processors followed by :class:`_SampledLogprobs`, which records each drawn token's
+    log-prob under the processed scores; the model's own ``generation_config`` sampling defaults
+    (a shipped ``top_k``, say) are overridden, so the distribution is the one ``sampling`` says."""
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.policy_version = 0
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token (e.g. to the EOS token)")
+
+    def update_policy(self, model: Any, version: int) -> None:
+        """The trainer's weights changed (``version`` RL steps done). This engine samples from
+        that very model object, so there is nothing to copy: only the version is recorded."""
+        self.policy_version = version
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Engine measurements since the last call, for the step's metrics (none here)."""
+        return {}
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingConfig, seed: int | None = None
+    ) -> list[list[Completion]]:
+        """``n`` completions for each prompt, grouped per prompt, in prompt order."""
+        from reasoning_rl.distributed import rank_seed
+        from reasoning_rl.policy.loading import set_training
+
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        seed = rank_seed(seed)  # data-parallel ranks draw independent samples; rank 0 keeps ``seed``
+        if seed is not None:
+            torch.manual_seed(seed)
+        was_training = self.model.training
+        if self._needs_eval_mode():
+            set_training(self.model, False)
+        try:
+            flat: list[Completion] = []
+            # Repeat each prompt n times so one padded batch holds whole groups.
+            expanded = [p for p in prompts for _ in range(n)]
+            rows = self._rows_per_batch(n)
+            for start in range(0, len(expanded), rows):
+                flat.extend(self._generate_batch(expanded[start:start + rows], sampling))
+        finally:
+            set_training(self.model, was_training)
+        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def _needs_eval_mode(self) -> bool:
+        """``generate`` runs the model's modules, whose dropout must be off while sampling."""
+        return True
+
+    def _rows_per_batch(self, n: int) -> int:
+        """Rows of one ``generate`` call: ``batch_size``."""
+        return self.batch_size
+
+    def _generate_batch(self, prompts: list[str], sampling: SamplingConfig) -> list[Completion]:
+        tok = self.tokenizer
+        device = next(self.model.parameters()).device
+        # A batch holds whole groups (each prompt n times): tokenize each distinct prompt once.
+        unique = list(dict.fromkeys(prompts))
+        row_of = {p: i for i, p in enumerate(unique)}
+        rows = torch.tensor([row_of[p] for p in prompts])
+        enc = tok(unique, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+        unique_ids = [ids[mask.bool()].tolist() for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
+        input_ids, attention_mask = enc["input_ids"][rows].to(device), enc["attention_mask"][rows].to(device)
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=sampling.max_new_tokens,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            do_sample=sampling.do_sample,
+            # Each rank generates on its own. transformers turns synced_gpus on for an FSDP-managed
+            # model in a process group, which all-reduces after every token: with rank 0 evaluating
+            # alone that waits forever. Under FSDP the engine runs inside full_parameters
+            # (reasoning_rl.distributed.FullParameterEngine), so no forward needs a collective.
+            synced_gpus=False,
+        )
+        # The warpers go in as logits processors (before the recorder); generate's own are off.
+        kwargs.update(temperature=1.0, top_p=1.0, top_k=0)
+        new_tokens, logprobs = self._sample(input_ids, attention_mask, sampling, kwargs)  # [B, T] each
+        return [self._finish(ids, lp, sampling, list(unique_ids[r]))
+                for ids, lp, r in zip(new_tokens.tolist(), logprobs.tolist(), rows.tolist())]
+
+    def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingConfig,
+                generate_kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """New tokens ``[B, T]`` after the left-padded prompts (pad after a row's EOS) and their
+        log-probs ``[B, T]`` under the distribution they were drawn from."""
+        from transformers import (
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        warpers: list[Any] = []
+        if sampling.do_sample:  # transformers' order: temperature, top-k, top-p
+            if sampling.temperature != 1.0:
+                warpers.append(TemperatureLogitsWarper(sampling.temperature))
+            if sampling.top_k:
+                warpers.append(TopKLogitsWarper(top_k=sampling.top_k))
+            if sampling.top_p < 1.0:
+                warpers.append(TopPLogitsWarper(top_p=sampling.top_p))
+        recorder = _SampledLogprobs()
+        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                  logits_processor=LogitsProcessorList([*warpers, recorder]), **generate_kwargs)
+        new = out[:, input_ids.shape[1]:]
+        return new, recorder.logprobs(new)
+
+    def _finish(self, ids: list[int], logprobs: list[float], sampling: SamplingConfig,
+                prompt_ids: list[int]) -> Completion:
+        """A row of new tokens and their log-probs as a :class:`Completion`: cut after EOS (kept),
+        pads dropped, cut at the first stop string (:func:`reasoning_rl.rollout.cut_at_stop`)."""
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        pairs = list(zip(ids, logprobs))
+        if eos in ids:
+            pairs, reason = pairs[: ids.index(eos) + 1], "stop"
+        else:
+            if pad is not None and pad != eos:
+                pairs = [(t, lp) for t, lp in pairs if t != pad]
+            reason = "length"
+        ids = [t for t, _ in pairs]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if sampling.stop:
+            ids, text, stopped = cut_at_stop(ids, text, sampling.stop, self.tokenizer)
+            reason = "stop" if stopped else reason
+        return Completion(text=text, token_ids=ids, finish_reason=reason, prompt_token_ids=prompt_ids,
+                          policy_version=self.policy_version, logprobs=[lp for _, lp in pairs[:len(ids)]])
+
+
+class _SampledLogprobs:
+    """A logits processor that goes last: it keeps the processed scores' log-softmax ``[B, V]``
+    of each step and, one step later (when ``input_ids`` ends with the token drawn from them),
+    the drawn token's log-prob; :meth:`logprobs` adds the last step's. Changes no score."""
+
+    def __init__(self) -> None:
+        self._previous: torch.Tensor | None = None  # [B, V]
+        self._steps: list[torch.Tensor] = []  # [B] each
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self._previous is not None:
+            self._steps.append(self._previous.gather(1, input_ids[:, -1:]).squeeze(1))
+        self._previous = scores.float().log_softmax(dim=-1)
+        return scores
+
+    def logprobs(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` log-probs of ``new_tokens`` ``[B, T]`` (0 where none was recorded)."""
+        steps = list(self._steps)
+        if self._previous is not None and new_tokens.shape[1] > len(steps):
+            steps.append(self._previous.gather(1, new_tokens[:, len(steps):len(steps) + 1]).squeeze(1))
+        out = torch.zeros(new_tokens.shape, dtype=torch.float32, device=new_tokens.device)
+        if steps:
+            out[:, :len(steps)] = torch.stack(steps, dim=1)[:, :new_tokens.shape[1]]
+        return out
+
+
+class NativeEngine(HFEngine):
+    """Our own decode loop over the same model (``rollout.backend=native``): same distribution as
+    ``generate``, less work per token.
+
+    The prompt is run once (prefill, with the positions of left-padded rows counted from each
+    row's first real token, as ``generate`` does), then one forward per new token against the
+    key/value cache. On the lean runtime (``model.runtime``, reasoning_rl.policy.runtime) that
+    forward is :class:`reasoning_rl.policy.lean.LeanDecoder` (a few tensor ops per layer on the model's own parameters, a preallocated cache, RoPE's
+    cos/sin for all positions computed once); on the hf runtime the model runs its own modules, with what
+    ``generate`` re-does every step done once (one preallocated ``[B, P + T]`` attention mask,
+    sliced per step; every step's position ids as one ``[B, T]`` tensor). Neither path has logits
+    processors, stopping-criteria objects or per-step ``model_kwargs`` updates. Sampling is in
+    the loop with ``generate``'s semantics (logits / T, the top-k then top-p support of
+    :func:`reasoning_rl.policy.lm_head.sampling_support`, one draw from the renormalised softmax by
+    :func:`inverse_cdf_sample`; greedy = argmax), and the loop stops as soon as every row has
+    produced EOS. Runs under ``torch.inference_mode``. ``lean=False`` forces the module path.
+    Each drawn token's log-prob is read off the probabilities it was drawn from (a ``[B]`` gather
+    and log per step; greedy: ``max z - logsumexp(z)``).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, lean: bool = True) -> None:
+        super().__init__(model, tokenizer, batch_size)
+        self.lean = lean
+
+    def _rows_per_batch(self, n: int) -> int:
+        """``batch_size`` rounded down to whole groups of ``n`` (when it holds one): the lean
+        decoder keeps one prompt cache per group (:func:`reasoning_rl.policy.lean.group_size`), and a
+        batch that cuts a group in two would share none."""
+        return self.batch_size // n * n if self.batch_size >= n else self.batch_size
+
+    def _needs_eval_mode(self) -> bool:
+        """Not for the lean decoder: it reads the weights and has no dropout in either mode, so
+        the policy stays in training mode (switching costs a walk over every module)."""
+        return not (self.lean and uses_lean(self.model))
+
+    @torch.inference_mode()
+    def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingConfig,
+                generate_kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        b, steps = input_ids.shape[0], sampling.max_new_tokens
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        decoder = LeanDecoder(self.model, check=False) if self.lean and uses_lean(self.model) else None
+        stepper = (_LeanStepper(decoder, input_ids, attention_mask, steps) if decoder is not None
+                   else _ModuleStepper(self.model, input_ids, attention_mask, steps))
+        try:
+            return self._decode(stepper, b, steps, eos, pad, sampling, input_ids)
+        finally:
+            if decoder is not None:
+                decoder.release()
+
+    def _decode(self, stepper: Any, b: int, steps: int, eos: int, pad: int, sampling: SamplingConfig,
+                input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """New tokens ``[B, T]`` and their log-probs ``[B, T]`` under the distribution drawn from."""
+        out = torch.full((b, steps), pad, dtype=input_ids.dtype, device=input_ids.device)  # [B, T]
+        logprobs = torch.zeros(b, steps, device=input_ids.device)  # [B, T]
+        finished = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
+        logits = stepper.first_logits
+        for t in range(steps):
+            logits = logits.float()  # [B, V]
+            if sampling.do_sample:
+                if sampling.temperature != 1.0:
+                    logits = logits / sampling.temperature
+                if sampling.top_k or sampling.top_p < 1.0:
+                    logits = logits.masked_fill(~sampling_support(logits, sampling.top_k, sampling.top_p),
+                                                float("-inf"))
+                probs = torch.softmax(logits, dim=-1)  # [B, V], 0 outside the support
+                token = inverse_cdf_sample(probs)  # [B]
+                logprobs[:, t] = probs.gather(1, token[:, None]).squeeze(1).log()  # log pi(token): the drawn one
+            else:
+                token = logits.argmax(dim=-1)  # [B]
+                # log softmax(z)_argmax = max z - logsumexp(z): the temperature-1 distribution's
+                logprobs[:, t] = logits.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
+            token = torch.where(finished, pad, token)
+            out[:, t] = token
+            finished |= token == eos
+            if t + 1 == steps or bool(finished.all()):
+                return out[:, :t + 1], logprobs[:, :t + 1]
+            logits = stepper.step(token)
+        return out, logprobs
+
+
+def inverse_cdf_sample(probs: torch.Tensor) -> torch.Tensor:
+    """One draw per row of ``probs`` ``[B, V]``: the first token whose cumulative probability
+    exceeds ``u * total``, ``u ~ U[0, 1)``, so token i is drawn with probability
+    ``p_i / sum(p)`` (inverse-transform sampling). One uniform number per row, where
+    ``torch.multinomial`` draws V exponentials: 17 us instead of 85 us for 32 x 82 on one CPU
+    thread, every decode step. A token of probability 0 (outside the top-k / top-p set) adds
+    nothing to the sum, so it is never the first to exceed ``u * total``; and ``u * total`` is
+    below the total (``u <= 1 - 2^-24``: the product is at least half an ulp under it), so the
+    search never runs past the last token.  # [B]"""
+    cdf = probs.cumsum(dim=-1)  # [B, V], non-decreasing
+    total = cdf[:, -1:]
+    return torch.searchsorted(cdf, torch.rand_like(total) * total, right=True).squeeze(1)
+
+
+class _LeanStepper:
+    """Next-token logits from :class:`reasoning_rl.policy.lean.LeanDecoder`."""
+
+    def __init__(self, decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> None:
+        self.decoder = decoder
+        self.first_logits = self.decoder.prefill(input_ids, attention_mask, steps)  # [B, V]
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        return self.decoder.step(token)
+
+
+class _ModuleStepper:
+    """Next-token logits from the model's own forward against its key/value cache."""
+
+    def __init__(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> None:
+        b, p = input_ids.shape
+        self.model, self.prompt_len, self.t = model, p, 0
+        self.mask = torch.ones(b, p + steps, dtype=attention_mask.dtype, device=input_ids.device)  # [B, P+T]
+        self.mask[:, :p] = attention_mask
+        prompt_positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+        self.new_positions = attention_mask.sum(-1, keepdim=True) + torch.arange(steps, device=input_ids.device)
+        self.cache_key = cache_argument(model)
+        self.out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=prompt_positions,
+                         use_cache=True)
+        self.first_logits = self.out.logits[:, -1, :]
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        out, t, p = self.out, self.t, self.prompt_len
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        self.out = self.model(input_ids=token[:, None], attention_mask=self.mask[:, :p + t + 1],
+                              position_ids=self.new_positions[:, t:t + 1], use_cache=True,
+                              **{self.cache_key: cache})
+        self.t += 1
+        return self.out.logits[:, -1, :]
+
+
+
+def make_engine(backend: str, model: Any, tokenizer: Any, batch_size: int = 64, rollout: Any = None,
+                workdir: Any = None, seed: int = 0) -> RolloutEngine:
+    """Training rollout engine for an in-memory policy: ``hf`` (transformers generate),
+    ``native`` (:class:`NativeEngine`, our decode loop: same distribution, less per-token work) or
+    ``vllm`` (:class:`reasoning_rl.policy.vllm.VLLMRolloutEngine`, colocated on the trainer's GPU,
+    built from ``rollout``'s ``vllm_*`` settings; ``workdir`` holds the config it starts from)."""
+    if backend == "hf":
+        return HFEngine(model, tokenizer, batch_size=batch_size)
+    if backend == "native":
+        return NativeEngine(model, tokenizer, batch_size=batch_size)
+    if backend == "vllm":
+        from reasoning_rl.policy.vllm import VLLMRolloutEngine
+
+        if rollout is None or workdir is None:
+            raise ValueError("rollout.backend=vllm needs the rollout settings and a work folder")
+        return VLLMRolloutEngine.colocated(model, tokenizer, rollout, workdir, seed=seed)
+    raise ValueError(f"unknown rollout backend {backend!r}; expected 'hf', 'native' or 'vllm'")
