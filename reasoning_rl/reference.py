@@ -14,6 +14,7 @@ from reasoning_rl.algo.base import RunContext
 from reasoning_rl.atomic import atomic_directory_write
 from reasoning_rl.policy.lm_head import chunk_of, set_chunk
 from reasoning_rl.policy.loading import load_pretrained
+from reasoning_rl.policy.runtime import runtime_of, set_runtime
 
 
 def frozen_reference(ctx: RunContext) -> Any:
@@ -25,6 +26,7 @@ def frozen_reference(ctx: RunContext) -> Any:
                                     "start a new run folder or set algo.beta=0")
         ref, _ = load_pretrained(str(ref_dir), device=ctx.cfg.model.device, dtype=ctx.cfg.model.dtype)
         set_chunk(ref, chunk_of(ctx.model))  # the policy's LM-head chunk, as the deep copy of a fresh run has
+        set_runtime(ref, runtime_of(ctx.model))  # the policy's runtime (model.runtime), as the deep copy carries it
     else:
         ref = copy.deepcopy(ctx.model)
         if distributed.is_main():  # data-parallel: one writer (every rank holds the same policy)

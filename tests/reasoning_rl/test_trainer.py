@@ -65,7 +65,7 @@ def test_shared_prompt_forward_trains_like_the_full_forward(small_cfg, tmp_path)
     small_cfg.evaluation.enabled = False
     small_cfg.algo.micro_batch_size = 8  # whole groups either way: the same accumulation
     for shared in (True, False):
-        small_cfg.trainer.shared_prompt_forward = shared
+        small_cfg.algo.shared_prompt_forward = shared
         _train(small_cfg, tmp_path / str(shared))
     a, b = (read_metrics(tmp_path / str(shared) / "metrics.jsonl") for shared in (True, False))
     assert any(m["advantage/abs_mean"] > 0 for m in a)  # the updates did something
@@ -156,10 +156,13 @@ def test_missing_checkpoint_is_a_clear_error(small_cfg, tmp_path):
 
 def test_a_resumed_run_keeps_the_memory_settings(small_cfg, tmp_path):
     """Resuming loads the policy from its checkpoint (not through load_model) and the reference from
-    reference/: both keep model.gradient_checkpointing and model.lm_head_chunk, as a fresh start has."""
+    reference/: both keep model.gradient_checkpointing, model.lm_head_chunk and model.runtime, as a fresh
+    start has."""
     from reasoning_rl.policy.lm_head import chunk_of
+    from reasoning_rl.policy.runtime import runtime_of
 
     small_cfg.model.gradient_checkpointing, small_cfg.model.lm_head_chunk = True, "3"
+    small_cfg.model.runtime = "hf"  # not what auto picks on the CPU
     small_cfg.trainer.steps, small_cfg.trainer.save_every = 2, 1
     small_cfg.evaluation.enabled = False
     _train(small_cfg, tmp_path / "run")
@@ -171,5 +174,6 @@ def test_a_resumed_run_keeps_the_memory_settings(small_cfg, tmp_path):
         assert chunk_of(trainer.model) == 3
         trainer.train()
         assert [m["step"] for m in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
+        assert runtime_of(trainer.model).runtime == runtime_of(trainer.algorithm.ref_model).runtime == "hf"
     finally:
         trainer.close()
