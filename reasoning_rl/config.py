@@ -106,10 +106,6 @@ class TrainerConfig:
     a step's activations then reuse pages instead of faulting fresh ones in (2200-2500 page
     faults a step on the benchmark workload, ~3 us each). Process-wide; results are unchanged;
     no effect off glibc."""
-    shared_prompt_forward: bool = True
-    """Encode each group's prompt once in the policy and reference forward passes and
-    reuse its key/value cache for the G completions (exact: same log-probs and gradients;
-    reasoning_rl.policy.logprobs). false = every row runs prompt + completion in full."""
     fsdp: bool = False
     """Under torchrun, shard the policy and the reference over the ranks with PyTorch's FSDP2 (one
     unit per decoder layer plus the root) instead of holding a whole copy on each: for models whose

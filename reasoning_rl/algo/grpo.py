@@ -158,7 +158,7 @@ class GRPO(Algorithm):
         (reasoning_rl.algo.batch.micro_batching); why the shared-prompt forward is partial or steps
         aside is logged once."""
         a = self.cfg
-        plan = micro_batching(a.micro_batch_size, a.group_size, self.ctx.cfg.trainer.shared_prompt_forward)
+        plan = micro_batching(a.micro_batch_size, a.group_size, a.shared_prompt_forward)
         if plan.note is not None and plan.note not in self._notes_logged:
             self._notes_logged.add(plan.note)
             log.info("micro-batches: %s", plan.note)

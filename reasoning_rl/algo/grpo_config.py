@@ -74,6 +74,11 @@ class GRPOConfig(ClippedPolicyConfig):
     until prompts_per_step informative groups are found (or the round cap is hit)."""
     dynamic_sampling_max_rounds: int = 3
     """Extra sampling rounds a step may spend on dynamic sampling before training on what it has."""
+    shared_prompt_forward: bool = True
+    """The G completions of a group share their prompt: encode it once in the policy and reference
+    forward passes and reuse its key/value cache for them (exact: same log-probs and gradients;
+    reasoning_rl.policy.logprobs; with micro-batches that cut groups, once per gcd(micro_batch_size, G)
+    rows, docs/grpo.md). false = every row runs prompt + completion in full."""
 
     def problems(self) -> list[str]:
         out = super().problems()

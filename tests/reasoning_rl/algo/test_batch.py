@@ -70,7 +70,7 @@ def test_sample_step_draws_the_samplers_next_prompts_with_the_given_seed(monkeyp
     (2, 4, True, 2, 2, "once per 2 rows"),  # half a group a pass: rows 0-1, 2-3 share a prompt
     (6, 4, True, 6, 2, "once per 2 rows"),  # 6 = 4 + 2: gcd 2, blocks of 2 never straddle a group
     (3, 4, True, 3, 1, "steps aside"),  # gcd 1: a pass may hold rows of two prompts in any pattern
-    (3, 4, False, 3, 1, None),          # trainer.shared_prompt_forward=false: nothing to say
+    (3, 4, False, 3, 1, None),          # algo.shared_prompt_forward=false: nothing to say
     (5, 1, True, 5, 1, None),           # G = 1 (PPO-like): nothing to share
 ])
 def test_micro_batches_of_any_size_share_prompts_where_they_can(m, g, shared, rows, shared_rows, note):

@@ -32,7 +32,7 @@ def test_micro_batched_update_equals_full_batch_update(small_cfg, tmp_path, aggr
     small_cfg.algo.num_iterations = mu
     small_cfg.algo.beta = 0.04  # the KL term's gradient is normalised too
     small_cfg.algo.max_grad_norm = 0.0  # clipping would hide a scale error
-    small_cfg.trainer.shared_prompt_forward = False  # rows of any count per micro-batch
+    small_cfg.algo.shared_prompt_forward = False  # rows of any count per micro-batch
     small_cfg.evaluation.enabled = False
     trainer = Trainer(small_cfg, tmp_path / "run")
     try:
@@ -80,7 +80,7 @@ def test_micro_batches_smaller_than_a_group_equal_the_one_batch_update(small_cfg
     small_cfg.algo.beta = 0.04
     small_cfg.algo.max_grad_norm = 0.0  # clipping would hide a scale error
     small_cfg.evaluation.enabled = False
-    assert small_cfg.trainer.shared_prompt_forward and small_cfg.algo.group_size == 4
+    assert small_cfg.algo.shared_prompt_forward and small_cfg.algo.group_size == 4
     trainer = Trainer(small_cfg, tmp_path / "run")
     try:
         trainer.algorithm.setup(None)
