@@ -116,8 +116,12 @@ class HFEngine:
             # (reasoning_rl.distributed.FullParameterEngine), so no forward needs a collective.
             synced_gpus=False,
         )
-        # The warpers go in as logits processors (before the recorder); generate's own are off.
-        kwargs.update(temperature=1.0, top_p=1.0, top_k=0)
+        # The warpers go in as logits processors (before the recorder); generate's own are off
+        # (greedy: none are used, and transformers warns about sampling flags it ignores).
+        if sampling.do_sample:
+            kwargs.update(temperature=1.0, top_p=1.0, top_k=0)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
         new_tokens, logprobs = self._sample(input_ids, attention_mask, sampling, kwargs)  # [B, T] each
         return [self._finish(ids, lp, sampling, list(unique_ids[r]))
                 for ids, lp, r in zip(new_tokens.tolist(), logprobs.tolist(), rows.tolist())]
