@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from reasoning_rl.config import TrainConfig
     from reasoning_rl.prompt_sampler import PromptSampler
     from reasoning_rl.rollout import RolloutEngine, SamplingConfig
     from reasoning_rl.tasks import Example
@@ -109,7 +108,10 @@ class ClippedPolicyConfig(AlgoConfig):
 class RunContext:
     """What the run loop hands an algorithm: built once, shared, never re-created by it."""
 
-    cfg: TrainConfig
+    cfg: Any
+    """The run's ``reasoning_rl.config.TrainConfig``. Not imported here, even for typing:
+    ``reasoning_rl.config`` imports the algorithm configs of this package, and an import of it
+    from here would close a loop config -> algo.base -> config."""
     run_dir: Path
     model: Any
     """The policy pi_theta (a transformers causal LM), on ``device``."""
