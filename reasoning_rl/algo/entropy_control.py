@@ -29,8 +29,6 @@ from dataclasses import dataclass
 
 import torch
 
-from reasoning_rl.algo.losses import masked_sum
-
 
 @dataclass(frozen=True)
 class EntropyControl:
@@ -64,12 +62,14 @@ class TokenContext:
 def token_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Cov_t = (log pi_t - mean(log pi)) * (A_t - mean(A)), means over the masked tokens; detached,
     0 on padding. Its token mean is Cov(log pi, A), the quantity entropy falls with.  # [B, L]"""
-    logp = logp.detach()
-    adv = advantages.detach().expand_as(logp)
+    keep = mask.bool()
+    # Padding selected out (torch.where, as losses.masked_sum: a non-finite pad value times 0 is NaN).
+    logp = torch.where(keep, logp.detach(), torch.zeros_like(logp))
+    adv = torch.where(keep, advantages.detach().expand_as(logp), torch.zeros_like(logp))
     n = mask.sum().clamp(min=1)
-    centred_logp = logp - masked_sum(logp, mask) / n
-    centred_adv = adv - masked_sum(adv, mask) / n
-    return torch.where(mask.bool(), centred_logp * centred_adv, torch.zeros_like(logp))
+    centred_logp = logp - logp.sum() / n
+    centred_adv = adv - adv.sum() / n
+    return torch.where(keep, centred_logp * centred_adv, torch.zeros_like(logp))
 
 
 def _count(fraction: float, mask: torch.Tensor) -> int:
