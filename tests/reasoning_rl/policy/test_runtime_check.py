@@ -101,3 +101,37 @@ def test_model_runtime_hf_trains_with_checkpointing_and_the_shared_prompt_forwar
             # abs 1e-4: checkpointed, the policy runs full rows while the reference shares the prompt,
             # so pi_theta - pi_ref is rounding (~1e-7) instead of exactly 0 and a zero gradient ~1e-5.
             assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-4), (x["step"], key)
+
+
+def test_the_vllm_sampler_log_probs_are_in_the_check():
+    """vLLM's own log-probs of the tokens it drew go into the check beside the runtime's: equal
+    weights give ~0, an engine holding other weights shows the difference (not enforced)."""
+    from tests.reasoning_rl.test_rollout_vllm import FakeLLM, _engine, _perturb
+
+    model, tok = _model("lean")
+    llm = FakeLLM(model, tok)
+    engine = _engine(llm, tok, model)
+    same = check_runtime(model, tok, engine, PROMPTS, SamplingConfig(temperature=0.7), group_size=4, seed=0)
+    assert same.sampler_max_abs_diff is not None and same.sampler_max_abs_diff < 1e-5
+    _perturb(llm.model.policy)  # the engine's copy of the weights differs from the trainer's
+    stale = check_runtime(model, tok, engine, PROMPTS, SamplingConfig(temperature=0.7), group_size=4, seed=0)
+    assert stale.max_abs_diff < 1e-5 and stale.sampler_max_abs_diff > 0.1
+    assert f"the sampler's own log-probs: {stale.sampler_max_abs_diff:.2e}" in stale.describe()
+
+
+def test_the_check_leaves_the_run_as_it_is_without_it(small_cfg, tmp_path, monkeypatch):
+    """Same seed, with and without the start-up check: the same metrics and held-out numbers, to the bit."""
+    from reasoning_rl import trainer as trainer_module
+    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.policy.runtime_check import RuntimeCheck
+    from tests.reasoning_rl.conftest import _train
+
+    small_cfg.trainer.steps = 2
+    _, with_check = _train(small_cfg, tmp_path / "checked")
+    monkeypatch.setattr(trainer_module, "check_runtime", lambda *args, **kwargs: RuntimeCheck(0.0, 1e-3, 0, None))
+    _, without = _train(small_cfg, tmp_path / "unchecked")
+    assert with_check["eval_before"] == without["eval_before"] and with_check["eval_after"] == without["eval_after"]
+    for a, b in zip(*(read_metrics(tmp_path / run / "metrics.jsonl") for run in ("checked", "unchecked"))):
+        for key, value in a.items():
+            if not key.startswith(("time/", "throughput/", "policy/runtime")):
+                assert b[key] == value, (a["step"], key)
