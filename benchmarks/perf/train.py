@@ -4,6 +4,14 @@
     reasoning-rl-bench train --hidden 512 --layers 8       # the 34M-parameter workload
     reasoning-rl-bench train --compare trl --rounds 3      # TRL's GRPOTrainer side by side, same machine, same run
     reasoning-rl-bench train --backend hf                  # rollouts with transformers' generate
+    reasoning-rl-bench train --model smollm2-135m --compare trl --group 8 --prompts-per-step 2 --max-new 128 \
+        --steps 4 --warmup-steps 1 --rounds 2              # SmolLM2-135M on GSM8K prompts, side by side with TRL
+
+``--model smollm2-135m``: the real SmolLM2-135M-Instruct (``model=smollm2-135m``, float32) on GSM8K's
+training prompts (``--data-dir``, the task's template and SmolLM2's chat template) with the task's
+``math`` verifier as reward, LM head chunked (``model.lm_head_chunk=auto``); the TRL side is
+``benchmarks/perf/trl_smollm.py`` (the same folder, prompts, reward and settings). Otherwise the
+small random model below.
 
 The run is the real training path: :class:`reasoning_rl.trainer.Trainer` with the GRPO module
 (``reasoning_rl/algo/grpo.py``), its rollout engine, log-prob code and reward, on the TRL script's
@@ -75,6 +83,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--trl-keep-freed-memory", action="store_true",
                    help="run TRL with our trainer.keep_freed_memory malloc settings too (GLIBC_TUNABLES)")
     p.add_argument("--keep-run", type=Path, default=None, help="write our run folder here instead of a temp dir")
+    p.add_argument("--model", choices=["bench", "smollm2-135m"], default="bench",
+                   help="bench: the TRL script's random model and arithmetic prompts; smollm2-135m: the real model "
+                        "on GSM8K prompts (TRL side: benchmarks/perf/trl_smollm.py)")
+    p.add_argument("--data-dir", type=Path, default=REPO_ROOT.parent / "shared" / "data",
+                   help="with --model smollm2-135m: the folder holding gsm8k_train.jsonl")
+    p.add_argument("--gradient-checkpointing", action="store_true",
+                   help="with --model smollm2-135m: gradient checkpointing in both trainers")
     args = p.parse_args(argv)
     problems = [f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}"
                 for k in ("hidden", "layers", "group", "prompts_per_step", "max_new", "steps", "rounds", "micro_batch")
@@ -83,7 +98,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         problems.append(f"--warmup-steps must be in [0, --steps), got {args.warmup_steps} with --steps {args.steps}")
     if args.group < 2:
         problems.append(f"--group must be >= 2 (GRPO's group statistics), got {args.group}")
-    if args.compare == "trl" and not args.trl_script.exists():
+    if args.compare == "trl" and args.model == "bench" and not args.trl_script.exists():
         problems.append(f"--trl-script {args.trl_script} does not exist; pass the path of trl_grpo_cpu.py")
     if args.trl_keep_freed_memory and args.compare != "trl":
         problems.append("--trl-keep-freed-memory applies to TRL's runs: add --compare trl")
@@ -135,6 +150,20 @@ def _cpu_seconds() -> tuple[float, float]:
     return busy, ru.ru_utime + ru.ru_stime
 
 
+def smollm_config(args: argparse.Namespace, run_dir: Path) -> Any:
+    """``--model smollm2-135m``: the preset composed as reasoning-rl-train composes it, on GSM8K,
+    with the workload's GRPO settings (:func:`train_config`'s, less the model and the task)."""
+    from benchmarks.perf.plan import compose_train_config
+
+    cfg = compose_train_config(["model=smollm2-135m", "task=gsm8k", f"task.data_dir={args.data_dir}",
+                                f"model.gradient_checkpointing={str(args.gradient_checkpointing).lower()}",
+                                "model.device=cpu"])
+    bench = train_config(args, Path(cfg.model.name_or_path), Path("unused"), run_dir)
+    cfg.algo, cfg.rollout, cfg.trainer, cfg.warmstart, cfg.evaluation = (
+        bench.algo, bench.rollout, bench.trainer, bench.warmstart, bench.evaluation)
+    return cfg
+
+
 def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     """Train ``args.steps`` steps in this process and measure them."""
     from benchmarks.perf.workload import ModelShape, save_model, write_definition
@@ -145,10 +174,14 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     shape = ModelShape(args.hidden, args.layers, args.heads, args.intermediate, args.seed)
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
         work = Path(tmp)
-        params = save_model(shape, work / "model")
-        definition = write_definition(work, args.dataset_size, args.seed)
         run_dir = args.keep_run or work / "run"
-        trainer = Trainer(train_config(args, work / "model", definition, run_dir), run_dir)
+        if args.model == "smollm2-135m":
+            trainer = Trainer(smollm_config(args, run_dir), run_dir)
+            params = sum(p.numel() for p in trainer.model.parameters())
+        else:
+            params = save_model(shape, work / "model")
+            definition = write_definition(work, args.dataset_size, args.seed)
+            trainer = Trainer(train_config(args, work / "model", definition, run_dir), run_dir)
         starts: list[float] = []
         faults: list[int] = []
         step = trainer.algorithm.step
@@ -250,14 +283,30 @@ def _workload_flags(args: argparse.Namespace) -> list[str]:
     for name in ("heads", "intermediate", "threads"):
         if getattr(args, name) is not None:
             flags += [f"--{name}", str(getattr(args, name))]
+    if args.model != "bench":
+        flags += ["--model", args.model, "--data-dir", str(args.data_dir)]
+        flags += ["--gradient-checkpointing"] if args.gradient_checkpointing else []
     return flags
+
+
+def _trl_command(args: argparse.Namespace, out: Path) -> list[str]:
+    """The TRL side: the shared script on the bench workload, benchmarks/perf/trl_smollm.py on SmolLM2."""
+    if args.model == "bench":
+        return [sys.executable, str(args.trl_script), *_workload_flags(args), "--quiet", "--json-out", str(out)]
+    flags = ["--group", str(args.group), "--prompts-per-step", str(args.prompts_per_step), "--max-new",
+             str(args.max_new), "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps), "--beta",
+             str(args.beta), "--lr", str(args.lr), "--temperature", str(args.temperature), "--seed", str(args.seed),
+             "--data-dir", str(args.data_dir), "--json-out", str(out)]
+    flags += ["--threads", str(args.threads)] if args.threads else []
+    flags += ["--gradient-checkpointing"] if args.gradient_checkpointing else []
+    return [sys.executable, "-m", "benchmarks.perf.trl_smollm", *flags]
 
 
 def trl_in_subprocess(args: argparse.Namespace) -> dict[str, Any]:
     """One run of the TRL script in a fresh process, read from its JSON dump."""
     with tempfile.TemporaryDirectory(prefix="bench_trl_") as tmp:
         out = Path(tmp) / "trl.json"
-        cmd = [sys.executable, str(args.trl_script), *_workload_flags(args), "--quiet", "--json-out", str(out)]
+        cmd = _trl_command(args, out)
         extra = {}
         if args.trl_keep_freed_memory:  # the allocator settings our trainer makes in-process
             from reasoning_rl.memory import glibc_tunables
@@ -270,7 +319,8 @@ def trl_in_subprocess(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "sec_per_step": res["sec_per_step_median"], "steps_per_sec": 1.0 / res["sec_per_step_median"],
         "gen_tokens_per_sec": res["gen_tokens_per_sec"], "peak_rss_mb": res["peak_rss_mb"],
-        "params": data["model"]["params"], "phase_sec_per_step": {k: phases[k] / measured for k in TRL_PHASES},
+        "params": data["model"]["params"],
+        "phase_sec_per_step": {k: phases[k] / measured for k in TRL_PHASES if k in phases},
         "foreign_cpu_sec": res["foreign_cpu_seconds_train"], "versions": data["versions"],
         "trl_resolved": data["trl_resolved"],
     }

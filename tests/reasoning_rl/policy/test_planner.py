@@ -173,3 +173,22 @@ def test_checkpointing_and_a_smaller_micro_batch_lower_the_peak():
     small = estimate(_cfg("algo.micro_batch_size=8", "rollout.max_new_tokens=64"), device_gb=80)
     assert ckpt.peak_bytes < base.peak_bytes and small.peak_bytes < base.peak_bytes
     assert base.device_bytes == 80 * GB
+
+
+def test_the_run_header_line_and_its_warning_when_the_plan_does_not_fit(caplog):
+    from reasoning_rl.policy.loading import build_tiny_model
+    from reasoning_rl.policy.planner import log_plan
+
+    model, tokenizer = build_tiny_model()
+    prompts = ["What is 2 + 2?", "What is 12 * 34? Answer with a number."]  # the longest: 38 characters
+    with caplog.at_level("INFO", logger="reasoning_rl.policy.planner"):
+        plan = log_plan(_cfg(), model, tokenizer, prompts)
+    assert plan.workload.prompt_tokens == 38 and plan.fits
+    assert any(r.levelname == "INFO" and r.getMessage().startswith("memory plan: peak") for r in caplog.records)
+    # 1,024 rows of 4,096 tokens in one micro-batch: hundreds of GB of activations on any CPU here.
+    huge = _cfg("algo.prompts_per_step=128", "algo.micro_batch_size=1024", "rollout.max_new_tokens=4096",
+                "model.tiny.max_position_embeddings=8192")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="reasoning_rl.policy.planner"):
+        assert not log_plan(huge, model, tokenizer, prompts).fits
+    assert any(r.levelname == "WARNING" and "lower algo.micro_batch_size" in r.getMessage() for r in caplog.records)
