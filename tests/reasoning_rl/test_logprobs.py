@@ -9,8 +9,8 @@ import torch
 
 from reasoning_rl.batching import pack
 from reasoning_rl.policy.lean import lean_decoder_support
-from reasoning_rl.policy.logprobs import completion_logprobs, selective_log_softmax
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.logprobs import completion_logprobs, selective_log_softmax
 
 
 def _model(arch):
