@@ -107,3 +107,14 @@ def test_an_undecided_model_gets_auto_once():
     model.model.norm.register_forward_hook(lambda module, args, out: None)
     assert runtime_of(model).runtime == "lean"  # recorded at the first use, not re-decided
     assert decide_runtime(model, "auto").reason == "lean refused: forward hooks on model.norm (they would be skipped)"
+
+
+def test_the_trainer_refuses_an_unknown_runtime(small_cfg, tmp_path):
+    from reasoning_rl.errors import UserError
+    from reasoning_rl.trainer import Trainer
+
+    small_cfg.model.runtime = "fast"
+    with pytest.raises(RuntimeSettingError, match=r"model\.runtime='fast' is unknown; choose one of auto, hf, lean") \
+            as caught:
+        Trainer(small_cfg, tmp_path)
+    assert isinstance(caught.value, UserError)  # one line on stderr, exit code 2
