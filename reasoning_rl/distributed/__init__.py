@@ -31,26 +31,6 @@ rank in the same order; the shared helpers call them once per batch or optimiser
 
 from __future__ import annotations
 
-from reasoning_rl.distributed.process_group import (
-    RANK_SEED_STRIDE,
-    all_reduce_gradients,
-    all_reduce_sum,
-    any_rank,
-    barrier,
-    broadcast_object,
-    broadcast_parameters,
-    gather_lists,
-    init_from_env,
-    is_distributed,
-    is_main,
-    local_device,
-    rank,
-    rank_seed,
-    shard_bounds,
-    shutdown,
-    sum_floats,
-    world_size,
-)
 from reasoning_rl.distributed.fsdp import (
     FullParameterEngine,
     decoder_layers,
@@ -71,13 +51,33 @@ from reasoning_rl.distributed.metrics import (
     metric_reduction,
     reduce_metrics,
 )
+from reasoning_rl.distributed.process_group import (
+    RANK_SEED_STRIDE,
+    all_reduce_gradients,
+    all_reduce_sum,
+    any_rank,
+    barrier,
+    broadcast_object,
+    broadcast_parameters,
+    gather_lists,
+    init_from_env,
+    is_distributed,
+    is_main,
+    local_device,
+    rank,
+    rank_seed,
+    shard_bounds,
+    shutdown,
+    sum_floats,
+    world_size,
+)
 
 __all__ = [
-    "FullParameterEngine",
     "MAX_METRICS",
     "RANK_SEED_STRIDE",
     "SUMMED_METRICS",
     "TOKEN_WEIGHTED_METRICS",
+    "FullParameterEngine",
     "all_reduce_gradients",
     "all_reduce_sum",
     "any_rank",

@@ -11,7 +11,6 @@ import torch.distributed as dist
 
 from reasoning_rl.distributed.process_group import is_distributed, world_size
 
-
 SUMMED_METRICS = ("loss/", "completion/tokens", "verifier/", "dynamic/groups_kept", "dynamic/wasted_rollouts")
 """Key prefixes summed over ranks: losses (each rank's is its share of the global batch loss, the
 denominators being global) and counts."""
