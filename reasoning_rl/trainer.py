@@ -39,11 +39,14 @@ from reasoning_rl.algo.registry import get_algorithm
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.heldout import evaluate_heldout
+from reasoning_rl.inject import inject_engine
 from reasoning_rl.kl_to_base import BaseProbe, forward_kl, sample_probe
 from reasoning_rl.memory import keep_freed_memory, memory_report
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics, with_heldout_ends
 from reasoning_rl.policy.engines import HFEngine, make_engine
 from reasoning_rl.policy.loading import apply_memory_settings, load_model, load_pretrained, set_training
+from reasoning_rl.policy.planner import log_plan
+from reasoning_rl.policy.precision import mark_precision
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.policy.runtime_check import check_runtime
 from reasoning_rl.prompt_sampler import PromptSampler
@@ -97,6 +100,7 @@ class Trainer:
         else:
             self.model, self.tokenizer = load_model(cfg.model)
         self.device = next(self.model.parameters()).device
+        mark_precision(self.model, cfg.trainer.precision)  # engines with their own weights (vLLM) follow it
         # model.runtime, decided once: the training log-probs and the native engine run what it says.
         self.runtime = decide_runtime(self.model, cfg.model.runtime, training=True,
                                       sharded=cfg.trainer.fsdp and distributed.is_distributed())
@@ -104,6 +108,8 @@ class Trainer:
         log.info("policy runtime: %s", self.runtime.describe())
         self.engine = make_engine(cfg.rollout.backend, self.model, self.tokenizer, batch_size=cfg.rollout.batch_size,
                                   rollout=cfg.rollout, workdir=self.run_dir / ".vllm", seed=cfg.trainer.seed)
+        # Training rollouts come from a perturbed copy when rollout.inject makes a mismatch (reasoning_rl.inject).
+        rollout_engine = inject_engine(self.engine, cfg.rollout, self.model, cfg.trainer.seed)
         self.train_examples = self.task.examples(self.task.train_split, self.tokenizer)
         eval_split = self.task.eval_split
         self.eval_examples = (
@@ -118,9 +124,10 @@ class Trainer:
         _engine_metrics(self.engine)  # what the engine measured on the check's batch is not step 1's
         log.info("policy runtime check: %s", self.runtime_check.describe())
         self._check_metrics = {"policy/runtime_max_abs_diff": self.runtime_check.max_abs_diff}  # on every step
+        self.memory_plan = log_plan(cfg, self.model, self.tokenizer, [e.prompt for e in self.train_examples])
         self.context = RunContext(
             cfg=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, device=self.device,
-            engine=self.engine, sampling=self.sampling, reward=self.reward, pool=self.pool,
+            engine=rollout_engine, sampling=self.sampling, reward=self.reward, pool=self.pool,
             train_examples=self.train_examples, sampler=self.sampler, resumed=self.resume_from is not None,
         )
         self.algorithm: Algorithm = entry.algorithm(self.context)
@@ -184,6 +191,8 @@ class Trainer:
         update = getattr(self.engine, "update_policy", None)
         if update is not None:
             update(self.model, self.step)
+        if self.context.engine is not self.engine:  # rollout.inject's copy (reasoning_rl.inject)
+            self.context.engine.update_policy(self.model, self.step)
 
     # -- the loop ---------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:

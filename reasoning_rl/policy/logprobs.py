@@ -110,6 +110,7 @@ def completion_logprobs(
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                        use_cache=False).logits  # [B, P+L, V]
         logits = logits[:, completion_start - 1:-1, :]  # [B, L, V]
+    logits = logits.float()  # fp32 LM head: logsumexp in float32 under bf16/fp16 autocast (no copy when float32)
     if temperature != 1.0:
         logits = logits / temperature
     if top_k or top_p < 1.0:
@@ -124,7 +125,8 @@ def completion_logprobs(
 
 def checkpointing_enabled(model: Any) -> bool:
     """Whether gradient checkpointing is on for ``model`` (transformers' ``is_activation_checkpointing``,
-    ``is_gradient_checkpointing`` before 5.x; False for other modules)."""
+    ``is_gradient_checkpointing`` before 5.x; False for other modules). A peft (LoRA) policy: its base's."""
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if isinstance(getattr(type(model), name, None), property):
             return bool(getattr(model, name))
@@ -133,6 +135,7 @@ def checkpointing_enabled(model: Any) -> bool:
 
 def cache_argument(model: Any) -> str:
     """transformers >= 5.2x takes the key/value cache as ``cache``; earlier versions as ``past_key_values``."""
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: **kwargs to the base
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 

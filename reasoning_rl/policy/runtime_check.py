@@ -121,7 +121,7 @@ def check_runtime(model: Any, tokenizer: Any, engine: RolloutEngine, prompts: Se
             f"the policy runtime's log-probs differ from transformers' modules by {diff:.3g} nats on the start-up "
             f"batch (tolerance {check.tolerance:g} for {str(dtype).removeprefix('torch.')}): it would train on "
             "another function than the model. Run with model.runtime=hf (with model.runtime=hf already: "
-            "trainer.shared_prompt_forward=false), and report the model (docs/models.md)")
+            "algo.shared_prompt_forward=false), and report the model (docs/models.md)")
     return check
 
 

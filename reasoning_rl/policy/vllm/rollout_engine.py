@@ -13,6 +13,8 @@ from typing import Any
 import torch
 
 from reasoning_rl import distributed
+from reasoning_rl.policy.lora import merged_state_dict, save_merged
+from reasoning_rl.policy.precision import sampling_dtype
 from reasoning_rl.policy.vllm.availability import require_vllm
 from reasoning_rl.policy.vllm.platform import (
     call_with_timeout,
@@ -72,10 +74,11 @@ class VLLMRolloutEngine(VLLMSampler):
 
         platform = current_platform()
         sleep_mode, sleep_why = resolve_sleep_mode(rollout.vllm_sleep_mode, platform)
-        trainer_dtype = dtype_name(next(model.parameters()).dtype)
+        trainer_dtype = dtype_name(sampling_dtype(model))  # trainer.precision's compute dtype (bf16/fp16) or the weights'
         engine_dtype = rollout.vllm_dtype or trainer_dtype
         folder = Path(workdir) / f"rank-{distributed.rank()}"
-        atomic_directory_write(folder, lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp)))
+        # A LoRA policy is written merged (a plain model folder vLLM can load).
+        atomic_directory_write(folder, lambda tmp: (save_merged(model, tmp), tokenizer.save_pretrained(tmp)))
         extra: dict[str, Any] = dict(gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
                                      enable_sleep_mode=sleep_mode, enforce_eager=rollout.vllm_enforce_eager)
         if distributed.is_distributed():  # one engine per torchrun rank, on that rank's device
@@ -108,7 +111,7 @@ class VLLMRolloutEngine(VLLMSampler):
         self._metrics["time/weight_sync"] = time.perf_counter() - t0
 
     def _sync(self, model: Any) -> None:
-        weights = vllm_weights(model.state_dict())
+        weights = vllm_weights(merged_state_dict(model))  # a LoRA policy: W + (alpha / r) B A, plain names
 
         def load() -> None:
             # vLLM's in-place reload (vllm.model_executor.model_loader.reload): with the engine core in
