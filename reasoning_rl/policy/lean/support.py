@@ -27,6 +27,8 @@ def lean_refusal(model: Any, training: bool) -> str | None:
     """None when the lean forward computes exactly what ``model`` computes (in training mode
     when ``training``); otherwise the reason it does not, in words."""
     name = type(model).__name__
+    if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
+        return f"{name}: a peft adapter model (model.lora), whose projections are adapter layers"
     if name not in SUPPORTED_CLASSES:
         return f"{name} is not one of {', '.join(SUPPORTED_CLASSES)} (docs/models.md: adding a model family)"
     cfg = model.config

@@ -118,3 +118,15 @@ def test_the_trainer_refuses_an_unknown_runtime(small_cfg, tmp_path):
             as caught:
         Trainer(small_cfg, tmp_path)
     assert isinstance(caught.value, UserError)  # one line on stderr, exit code 2
+
+
+def test_a_lora_policy_runs_on_hf_and_says_why():
+    pytest.importorskip("peft")
+    from reasoning_rl.policy.loading import ModelConfig, load_model
+
+    cfg = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
+    cfg.lora.r = 8
+    model, _ = load_model(cfg)
+    assert decide_runtime(model, "auto").describe() == (
+        "auto -> hf: lean refused: PeftModelForCausalLM: a peft adapter model (model.lora), whose projections "
+        "are adapter layers")
