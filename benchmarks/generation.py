@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from reasoning_rl.rollout import Completion, SamplingConfig, require_vllm
+from reasoning_rl.policy.vllm.availability import require_vllm
+from reasoning_rl.rollout import Completion, SamplingConfig
 
 
 def sampling_config(temperature: float, top_p: float, top_k: int, max_new_tokens: int,
@@ -50,7 +51,7 @@ def resolve_backend(backend: str, device: str = "auto") -> str:
         return backend
     import torch
 
-    from reasoning_rl.rollout import vllm_available
+    from reasoning_rl.policy.vllm.availability import vllm_available
 
     on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     return "vllm" if on_cuda and vllm_available() else "hf"
@@ -110,8 +111,8 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
     llm_options = vllm_options(backend, **(vllm or {}))
     if backend == "hf":
         def build() -> Any:
+            from reasoning_rl.policy.engines import HFEngine
             from reasoning_rl.policy.loading import load_pretrained, resolve_device
-            from reasoning_rl.rollout import HFEngine
 
             model_obj, tokenizer = load_pretrained(model, device=str(resolve_device(device)), dtype=dtype)
             return HFEngine(model_obj, tokenizer, batch_size=batch_size)

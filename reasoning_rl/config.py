@@ -29,7 +29,10 @@ from reasoning_rl.config_checks import (
     unknown_keys,
 )
 from reasoning_rl.errors import UserError
+from reasoning_rl.inject import InjectConfig
 from reasoning_rl.policy.loading import TINY, ModelConfig
+from reasoning_rl.policy.lora import lora_problems
+from reasoning_rl.policy.precision import precision_problems
 from reasoning_rl.tasks import TaskConfig
 
 
@@ -75,6 +78,9 @@ class RolloutConfig:
     vllm_check_logprobs: bool = True
     """backend=vllm: compare the engine's log-probs of the sampled tokens with the trainer's every step
     (one extra no-grad forward): rollout/logprob_mismatch_mean and _max."""
+    inject: InjectConfig = field(default_factory=InjectConfig)
+    """A sampler/trainer mismatch made on purpose (stale weights, lower precision, weight noise, a hidden
+    temperature) for comparing off-policy corrections (reasoning_rl.inject, docs/offpolicy.md)."""
 
 
 @dataclass
@@ -112,6 +118,9 @@ class TrainerConfig:
     training state does not fit one device. Same update as one process; checkpoints are ordinary
     save_pretrained folders. The grpo module only, hf/native rollouts (docs/scaling.md). No effect
     in a single process."""
+    precision: str = "fp32"
+    """Compute precision of the training forward: fp32, bf16 (autocast) or fp16 (autocast + loss
+    scaling); master weights and optimiser states stay float32 (reasoning_rl.policy.precision, docs/lora.md)."""
 
 
 @dataclass
@@ -212,6 +221,8 @@ def validate(cfg: TrainConfig) -> None:
                         f"model.tiny.num_heads={tiny.num_heads}")
     if cfg.trainer.fsdp:
         problems += fsdp_problems(cfg)
+    problems += cfg.rollout.inject.problems(cfg.rollout.backend, cfg.trainer.fsdp)
+    problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo.name) + lora_problems(cfg)
     if problems:
         raise ConfigError(problems_message(problems))
 

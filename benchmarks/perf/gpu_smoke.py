@@ -53,7 +53,7 @@ def resolve_backend(backend: str, device: str) -> str:
     """``auto`` -> vllm when the vllm package is importable and the run is on CUDA, else hf."""
     import torch
 
-    from reasoning_rl.rollout import vllm_available
+    from reasoning_rl.policy.vllm.availability import vllm_available
 
     if backend != "auto":
         return backend

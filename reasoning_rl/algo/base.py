@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from reasoning_rl.algo.corrections import CorrectionConfig
+
 if TYPE_CHECKING:
     from reasoning_rl.prompt_sampler import PromptSampler
     from reasoning_rl.rollout import RolloutEngine, SamplingConfig
@@ -78,7 +80,7 @@ class AlgoConfig:
 
 
 @dataclass
-class ClippedPolicyConfig(AlgoConfig):
+class ClippedPolicyConfig(CorrectionConfig, AlgoConfig):
     """Settings every algorithm with PPO's clipped policy objective has (GRPO, PPO)."""
 
     eps_low: float = 0.2

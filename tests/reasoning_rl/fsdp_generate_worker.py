@@ -8,8 +8,9 @@ from __future__ import annotations
 import torch
 
 from reasoning_rl import distributed
+from reasoning_rl.policy.engines import HFEngine
 from reasoning_rl.policy.loading import build_tiny_model
-from reasoning_rl.rollout import HFEngine, SamplingConfig
+from reasoning_rl.rollout import SamplingConfig
 
 
 def main() -> None:

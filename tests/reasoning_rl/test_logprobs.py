@@ -145,7 +145,7 @@ def test_gradient_checkpointing_on_the_module_path_with_groups():
 
 
 def test_a_training_step_with_gradient_checkpointing_and_the_shared_prompt_forward(small_cfg, tmp_path):
-    """Regression: model.gradient_checkpointing=true with trainer.shared_prompt_forward=true (the
+    """Regression: model.gradient_checkpointing=true with algo.shared_prompt_forward=true (the
     default) crashed the update; now it trains exactly like the run without checkpointing."""
     from reasoning_rl.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
@@ -153,7 +153,7 @@ def test_a_training_step_with_gradient_checkpointing_and_the_shared_prompt_forwa
     small_cfg.trainer.steps = 2
     small_cfg.evaluation.enabled = False
     small_cfg.algo.micro_batch_size = 8
-    assert small_cfg.trainer.shared_prompt_forward
+    assert small_cfg.algo.shared_prompt_forward
     for checkpointing in (True, False):
         small_cfg.model.gradient_checkpointing = checkpointing
         trainer = Trainer(small_cfg, tmp_path / str(checkpointing))
