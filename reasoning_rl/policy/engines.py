@@ -154,14 +154,14 @@ class HFEngine:
     def _finish(self, ids: list[int], logprobs: list[float], sampling: SamplingConfig,
                 prompt_ids: list[int]) -> Completion:
         """A row of new tokens and their log-probs as a :class:`Completion`: cut after EOS (kept),
-        pads dropped, cut at the first stop string (:func:`reasoning_rl.rollout.cut_at_stop`)."""
-        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        cut at the first stop string (:func:`reasoning_rl.rollout.cut_at_stop`). Only the filler after
+        EOS is dropped: a row without EOS ran the whole length, so every one of its tokens was sampled
+        (a sampled ``<pad>`` included) and reaches the trainer unchanged, as the sampler saw it."""
+        eos = self.tokenizer.eos_token_id
         pairs = list(zip(ids, logprobs))
         if eos in ids:
             pairs, reason = pairs[: ids.index(eos) + 1], "stop"
         else:
-            if pad is not None and pad != eos:
-                pairs = [(t, lp) for t, lp in pairs if t != pad]
             reason = "length"
         ids = [t for t, _ in pairs]
         text = self.tokenizer.decode(ids, skip_special_tokens=True)

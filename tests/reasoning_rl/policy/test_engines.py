@@ -44,15 +44,29 @@ def test_each_drawn_token_carries_its_log_prob_under_the_sampled_distribution(en
     model, tok = _model()
     groups = ENGINES[engine](model, tok).generate(PROMPTS, 4, sampling, seed=0)
     trainer = _trainer_logprobs(model, tok, groups, sampling)
-    compared = 0
-    for completion, want in zip((c for g in groups for c in g), trainer):
+    rows = [c for g in groups for c in g]
+    for completion, want in zip(rows, trainer):
         assert len(completion.logprobs) == len(completion.token_ids)
         assert all(lp <= 0 for lp in completion.logprobs)
-        if completion.finish_reason == "length" and completion.num_tokens < sampling.max_new_tokens:
-            continue  # the untrained model drew <pad>, which the engines drop: the trainer scores another context
+        if completion.finish_reason == "length":  # no EOS: every position was sampled, none dropped
+            assert completion.num_tokens == sampling.max_new_tokens
         torch.testing.assert_close(torch.tensor(completion.logprobs), want, atol=1e-5, rtol=1e-5)
-        compared += 1
-    assert compared >= 4
+    assert len(rows) == len(trainer) == 4 * len(PROMPTS)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_sampled_pad_token_reaches_the_trainer_as_sampled(engine):
+    """The untrained model draws <pad> now and then: it is a sampled token like any other, kept in
+    place, so the trainer scores the context the sampler saw (dropping it made the two differ)."""
+    model, tok = _model()
+    sampling = SamplingConfig(max_new_tokens=24)
+    groups = ENGINES[engine](model, tok).generate(PROMPTS * 4, 8, sampling, seed=0)
+    rows = [c for g in groups for c in g]
+    with_pad = [c for c in rows if tok.pad_token_id in c.token_ids and c.token_ids[-1] != tok.pad_token_id]
+    assert with_pad, "no row drew <pad> before its end; pick another seed"
+    trainer = _trainer_logprobs(model, tok, groups, sampling)
+    for completion, want in zip(rows, trainer):
+        torch.testing.assert_close(torch.tensor(completion.logprobs), want, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("engine", ["hf", "native-lean"])
