@@ -33,6 +33,7 @@ from reasoning_rl.inject import InjectConfig
 from reasoning_rl.policy.loading import TINY, ModelConfig
 from reasoning_rl.policy.lora import lora_problems
 from reasoning_rl.policy.precision import precision_problems
+from reasoning_rl.policy.runtime import SETTINGS as RUNTIME_SETTINGS
 from reasoning_rl.tasks import TaskConfig
 
 
@@ -206,6 +207,8 @@ def validate(cfg: TrainConfig) -> None:
                          f"{type(cfg.algo).__name__}; compose it with algo={cfg.algo.name} or build it with "
                          f"{entry.config_class.__module__}.{entry.config_class.__name__}")
     problems = range_problems(cfg, TRAIN_RANGES)
+    if cfg.model.runtime not in RUNTIME_SETTINGS:
+        problems.append(f"model.runtime={cfg.model.runtime!r} is unknown; choose one of {', '.join(RUNTIME_SETTINGS)}")
     # The algorithm's checks, less those about a key already reported out of range.
     reported = [p.split(" ", 1)[0] for p in problems]
     problems += [p for p in cfg.algo.problems() if not mentions(p, reported)]

@@ -115,3 +115,12 @@ def test_unknown_algorithm_name_lists_the_known_ones():
         cfg = compose(config_name="train", overrides=["algo.name=ppo_not_yet"])
     with pytest.raises(KeyError, match=r"Known algorithms: .*grpo"):
         to_train_config(cfg)
+
+
+def test_an_unknown_policy_runtime_is_refused_before_the_run_starts():
+    from reasoning_rl.config import ConfigError, validate
+
+    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
+        cfg = compose(config_name="train", overrides=["model.runtime=fast"])
+    with pytest.raises(ConfigError, match=r"model.runtime='fast' is unknown; choose one of auto, hf, lean"):
+        validate(to_train_config(cfg))
