@@ -11,20 +11,22 @@ from reasoning_rl.algo.advantages import (
     rloo_advantages,
     zero_std_fraction,
 )
-from reasoning_rl.algo.base import AlgoConfig, Algorithm, RunContext, StepOutput
-from reasoning_rl.algo.losses import (
+from reasoning_rl.algo.aggregation import (
     LOSS_AGGREGATIONS,
     LossNormalizer,
-    LossOutput,
     aggregate,
-    clipped_surrogate,
     constant_normalizer,
-    grpo_loss,
-    kl_k3,
     masked_sum,
-    policy_ratio,
     sequence_mean,
     token_mean,
+)
+from reasoning_rl.algo.base import AlgoConfig, Algorithm, RunContext, StepOutput
+from reasoning_rl.algo.losses import (
+    LossOutput,
+    clipped_surrogate,
+    grpo_loss,
+    kl_k3,
+    policy_ratio,
 )
 from reasoning_rl.algo.registry import (
     AlgorithmNotFoundError,

@@ -93,7 +93,7 @@ class ClippedPolicyConfig(CorrectionConfig, AlgoConfig):
     """mu (PPO's epochs): optimisation steps on each batch of rollouts (old log-probs kept from sampling time)."""
 
     def problems(self) -> list[str]:
-        from reasoning_rl.algo.losses import LOSS_AGGREGATIONS
+        from reasoning_rl.algo.aggregation import LOSS_AGGREGATIONS
 
         out = super().problems()
         if not (0 <= self.eps_low < 1) or self.eps_high < 0:

@@ -30,11 +30,11 @@ from typing import Any
 
 import torch
 
+from reasoning_rl.algo.aggregation import LossNormalizer
 from reasoning_rl.algo.base import AlgoConfig, StepOutput
 from reasoning_rl.algo.batch import trained_tokens
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
 from reasoning_rl.algo.likelihood import dpo_coefficients, dpo_loss, dpo_margin, sequence_logprob
-from reasoning_rl.algo.losses import LossNormalizer
 from reasoning_rl.algo.offline import Group, offline_samples, rank_file
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.rft import offline_metrics

@@ -63,7 +63,7 @@ def token_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.T
     """Cov_t = (log pi_t - mean(log pi)) * (A_t - mean(A)), means over the masked tokens; detached,
     0 on padding. Its token mean is Cov(log pi, A), the quantity entropy falls with.  # [B, L]"""
     keep = mask.bool()
-    # Padding selected out (torch.where, as losses.masked_sum: a non-finite pad value times 0 is NaN).
+    # Padding selected out (torch.where, as aggregation.masked_sum: a non-finite pad value times 0 is NaN).
     logp = torch.where(keep, logp.detach(), torch.zeros_like(logp))
     adv = torch.where(keep, advantages.detach().expand_as(logp), torch.zeros_like(logp))
     n = mask.sum().clamp(min=1)

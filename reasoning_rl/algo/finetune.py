@@ -20,9 +20,9 @@ from typing import Any
 import torch
 
 from reasoning_rl import distributed
+from reasoning_rl.algo.aggregation import LossNormalizer
 from reasoning_rl.algo.base import Algorithm
 from reasoning_rl.algo.likelihood import weighted_nll
-from reasoning_rl.algo.losses import LossNormalizer
 from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import pack
 from reasoning_rl.optim import build_optimizer, clip_and_measure

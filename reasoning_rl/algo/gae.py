@@ -121,7 +121,7 @@ def clipped_value_loss(
 
     The max is pessimistic: a prediction that moves more than c away from V_old is not
     rewarded for getting closer to R. ``clipped`` marks where the clipped branch is larger
-    (the unclipped gradient is cut). Aggregate with ``reasoning_rl.algo.losses.aggregate``.
+    (the unclipped gradient is cut). Aggregate with ``reasoning_rl.algo.aggregation.aggregate``.
 
     V is clamped to ``[V_old - c, V_old + c]`` rather than written ``V_old + clip(V - V_old, -c, c)``
     (baselines, cleanrl): inside the range the clamp returns V itself, while ``V_old + (V - V_old)``

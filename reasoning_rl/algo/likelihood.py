@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from reasoning_rl.algo.losses import LossNormalizer, masked_sum, sequence_mean, token_mean
+from reasoning_rl.algo.aggregation import LossNormalizer, masked_sum, sequence_mean, token_mean
 
 
 def sft_coefficients(num_sequences: int) -> torch.Tensor:

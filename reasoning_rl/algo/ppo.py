@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from reasoning_rl import distributed
+from reasoning_rl.algo.aggregation import LossNormalizer, aggregate, masked_fill_padding, masked_sum
 from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
 from reasoning_rl.algo.batch import sample_step, sampled_support, step_seed, training_rows
 from reasoning_rl.algo.corrections import correct_tokens
@@ -49,14 +50,10 @@ from reasoning_rl.algo.gae import (
     whiten,
 )
 from reasoning_rl.algo.losses import (
-    LossNormalizer,
-    aggregate,
     clipped_surrogate,
     clipped_tokens,
     kl_k1,
     kl_k3,
-    masked_fill_padding,
-    masked_sum,
     policy_ratio,
 )
 from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics

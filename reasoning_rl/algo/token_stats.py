@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 
 from reasoning_rl import distributed
-from reasoning_rl.algo.losses import masked_sum
+from reasoning_rl.algo.aggregation import masked_sum
 
 
 class TokenStats:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from reasoning_rl import distributed
-from reasoning_rl.algo.losses import LossNormalizer
+from reasoning_rl.algo.aggregation import LossNormalizer
 from reasoning_rl.checkpoint import STATE_FILE, list_checkpoints
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.distributed import process_group

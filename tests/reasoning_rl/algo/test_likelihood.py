@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from reasoning_rl.algo.aggregation import LossNormalizer
 from reasoning_rl.algo.likelihood import (
     dpo_coefficients,
     dpo_loss,
@@ -14,7 +15,6 @@ from reasoning_rl.algo.likelihood import (
     sft_coefficients,
     weighted_nll,
 )
-from reasoning_rl.algo.losses import LossNormalizer
 
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
 
