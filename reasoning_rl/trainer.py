@@ -165,6 +165,10 @@ class Trainer:
             self.step = state["step"]
             ckpt.set_rng_state(state["rng"])
             log.info("resumed from %s at step %d", self.resume_from, self.step)
+            if self.cfg.rollout.inject.stale:
+                log.warning("rollout.inject.stale=%d: the weight history is not checkpointed, so the first %d steps "
+                            "after this resume sample from fewer updates back than a run without the break",
+                            self.cfg.rollout.inject.stale, self.cfg.rollout.inject.stale)
         self._sync_engine()  # the engine samples from the weights RL starts with (warm start, resume)
 
     def _shard(self) -> None:
