@@ -321,7 +321,7 @@ def workload_of(cfg: Any, m: ModelShape, prompt_tokens: int, cpu: bool = True) -
 
     a = cfg.algo
     g = max(1, int(getattr(a, "group_size", 1)))
-    rows = g * max(1, a.micro_batch_size // g) if cfg.trainer.shared_prompt_forward and g > 1 else a.micro_batch_size
+    rows = a.micro_batch_size  # any row count, not rounded to whole groups (reasoning_rl.algo.batch.micro_batching)
     total = g * a.prompts_per_step
     storage = resolve_dtype(cfg.model.dtype).itemsize
     precision = str(getattr(cfg.trainer, "precision", "fp32") or "fp32")
@@ -371,7 +371,7 @@ def estimate(cfg: Any, device_gb: float | None = None, prompt_tokens: int = 256,
     if reserved:
         components["vLLM's share (rollout.vllm_gpu_memory_utilization)"] = reserved
         total += reserved
-    step = w.group_size if cfg.trainer.shared_prompt_forward and w.group_size > 1 else 1
+    step = w.group_size if getattr(cfg.algo, "shared_prompt_forward", False) and w.group_size > 1 else 1
     largest = max((rows for rows in range(step, w.group_size * w.prompts_per_step + 1, step)
                    if peak(m, w, base, rows, cpu)[1] + reserved <= capacity), default=0)
     if cfg.algo.name != "grpo":
