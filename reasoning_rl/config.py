@@ -225,7 +225,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.trainer.fsdp:
         problems += fsdp_problems(cfg)
     problems += cfg.rollout.inject.problems(cfg.rollout.backend, cfg.trainer.fsdp)
-    problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo.name) + lora_problems(cfg)
+    problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
     if problems:
         raise ConfigError(problems_message(problems))
 

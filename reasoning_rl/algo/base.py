@@ -69,6 +69,13 @@ class AlgoConfig:
                        f"{self.learning_rate}, {self.lr_warmup_steps}")
         return out
 
+    supports_mixed_precision: ClassVar[bool] = False
+    """Whether the algorithm's update runs under ``trainer.precision`` bf16/fp16 (reasoning_rl.policy.precision);
+    an algorithm built and tested for it says so (``GRPOConfig``)."""
+    supports_lora: ClassVar[bool] = False
+    """Whether the algorithm trains a peft adapter with the base as its reference (``model.lora.r > 0``,
+    reasoning_rl.policy.lora); an algorithm built and tested for it says so (``GRPOConfig``)."""
+
     def fsdp_problems(self) -> list[str]:
         """Why ``trainer.fsdp=true`` cannot train these settings (empty when it can). FSDP runs
         collectives inside every forward and backward, so every rank must run the same number of

@@ -8,6 +8,7 @@ imported without the training code (``reasoning_rl.algo.grpo``: rollouts, models
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from reasoning_rl.algo.advantages import ADVANTAGE_ESTIMATORS, STD_MODES
 from reasoning_rl.algo.base import ClippedPolicyConfig
@@ -22,6 +23,8 @@ class GRPOConfig(ClippedPolicyConfig):
     """GRPO and its variants (``conf/algo/grpo.yaml``, ``dapo.yaml``, ``dr_grpo.yaml``, ``rloo.yaml``)."""
 
     name: str = "grpo"
+    supports_mixed_precision: ClassVar[bool] = True
+    supports_lora: ClassVar[bool] = True
     variant: str = "grpo"
     group_size: int = 8
     """G: completions sampled per prompt."""

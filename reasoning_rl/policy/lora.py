@@ -168,18 +168,14 @@ class AdapterDisabled:
         return self  # the adapter is the policy's and stays trainable; the base is frozen already
 
 
-LORA_ALGORITHMS = ("grpo",)
-"""Algorithm modules built and tested with ``model.lora.r > 0`` (GRPO and its variants)."""
-
-
 def lora_problems(cfg: Any) -> list[str]:
     """What ``model.lora.r > 0`` cannot run with, one line each (a ``TrainConfig``; config validation)."""
     if cfg.model.lora.r <= 0:
         return []
     out = []
-    if cfg.algo.name not in LORA_ALGORITHMS:
-        out.append(f"model.lora.r > 0 is built into algo.name in {list(LORA_ALGORITHMS)}, not {cfg.algo.name!r}; "
-                   "set model.lora.r=0")
+    if not cfg.algo.supports_lora:
+        out.append(f"model.lora.r > 0 is not built into algo.name={cfg.algo.name!r} (the grpo module and its variants "
+                   "have it); set model.lora.r=0")
     if cfg.trainer.fsdp:
         out.append("model.lora.r > 0 with trainer.fsdp=true is not supported (an adapter trains a small share of "
                    "the model: replicate it instead); drop trainer.fsdp")

@@ -46,8 +46,9 @@ def compute_dtype(precision: str) -> torch.dtype | None:
     return PRECISIONS[precision]
 
 
-def precision_problems(precision: str, model_dtype: str, algo_name: str) -> list[str]:
-    """What ``trainer.precision`` cannot run with, one line each (config validation)."""
+def precision_problems(precision: str, model_dtype: str, algo: Any) -> list[str]:
+    """What ``trainer.precision`` cannot run with, one line each (config validation); ``algo`` is the
+    algorithm's config, which says whether its update supports mixed precision."""
     if precision not in PRECISIONS:
         return [f"trainer.precision={precision!r} is unknown; choose one of {', '.join(PRECISIONS)}"]
     if precision == "fp32":
@@ -57,14 +58,10 @@ def precision_problems(precision: str, model_dtype: str, algo_name: str) -> list
         out.append(f"trainer.precision={precision} keeps float32 master weights, so model.dtype must be float32, "
                    f"not {model_dtype}; set model.dtype=float32 (or trainer.precision=fp32 to train in "
                    f"{model_dtype} itself)")
-    if algo_name not in MIXED_PRECISION_ALGORITHMS:
-        out.append(f"trainer.precision={precision} is built into algo.name in {list(MIXED_PRECISION_ALGORITHMS)}, "
-                   f"not {algo_name!r}; set trainer.precision=fp32")
+    if not algo.supports_mixed_precision:
+        out.append(f"trainer.precision={precision} is not built into algo.name={algo.name!r} (the grpo module and its "
+                   "variants have it); set trainer.precision=fp32")
     return out
-
-
-MIXED_PRECISION_ALGORITHMS = ("grpo",)
-"""Algorithm modules whose update runs under :class:`MixedPrecision` (GRPO and its variants)."""
 
 
 def mark_precision(model: Any, precision: str) -> None:

@@ -6,6 +6,7 @@ import copy
 import pytest
 import torch
 
+from reasoning_rl.algo.ppo import PPOConfig
 from reasoning_rl.batching import pack
 from reasoning_rl.config import ConfigError, validate
 from reasoning_rl.optim import step_optimizer
@@ -145,7 +146,11 @@ def test_engines_follow_the_compute_dtype():
 
 
 def test_precision_settings_that_cannot_run_are_refused(small_cfg):
-    assert precision_problems("fp32", "bfloat16", "ppo") == []
+    assert precision_problems("fp32", "bfloat16", PPOConfig()) == []
+    assert precision_problems("bf16", "float32", PPOConfig()) == [
+        "trainer.precision=bf16 is not built into algo.name='ppo' (the grpo module and its variants have it); "
+        "set trainer.precision=fp32"]
+    assert precision_problems("bf16", "float32", small_cfg.algo) == []  # grpo
     small_cfg.trainer.precision = "bf16"
     small_cfg.model.dtype = "bfloat16"
     with pytest.raises(ConfigError, match="master weights"):
