@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from rewards.code.exec_mode import HARNESS_MODES, HarnessMode, exec_tests
 from rewards.code.extract import EXTRACT_MODES, ExtractMode, extract_code
 from rewards.code.formats import FunctionalTests, MissingFieldError, StdioTests, Tests, build
 from rewards.code.sandbox import (
@@ -41,11 +42,13 @@ from rewards.types import VerifierResult
 
 __all__ = [
     "EXTRACT_MODES",
+    "HARNESS_MODES",
     "LEVELS",
     "CodeVerifier",
     "ExecutionResult",
     "ExtractMode",
     "FunctionalTests",
+    "HarnessMode",
     "IsolationLevel",
     "Limits",
     "MissingFieldError",
@@ -122,6 +125,9 @@ class CodeVerifier:
     ``info["tamper"]``: the kinds of attempts to game the tests (:mod:`.sandbox.inside.tamper`),
     present only when there were some; ``tamper_penalty`` (default None: off) is then the score,
     whatever the tests said (e.g. 0.0, or -1.0 to push the policy away from the attempt).
+    ``harness``: ``trusted`` (default: the tests run in the sandbox's harness process) or ``exec``
+    (program and tests in one candidate process, verdict by exit status; the verifier audit's
+    second opinion for code, :mod:`rewards.code.exec_mode`).
     """
 
     tamper_kinds: tuple[str, ...] = TAMPER_KINDS
@@ -132,12 +138,16 @@ class CodeVerifier:
 
     def __init__(self, extract: ExtractMode = "auto", partial_credit: bool = False, timeout: float = 5.0,
                  case_timeout: float = 2.0, memory_mb: int = 1024, isolation: str | None = None,
-                 include_challenge_tests: bool = False, tamper_penalty: float | None = None) -> None:
+                 include_challenge_tests: bool = False, tamper_penalty: float | None = None,
+                 harness: HarnessMode = "trusted") -> None:
         if extract not in EXTRACT_MODES:
             raise ValueError(f"unknown extraction mode {extract!r}; choose one of {EXTRACT_MODES}")
         if tamper_penalty is not None and not (isinstance(tamper_penalty, (int, float))
                                                and math.isfinite(tamper_penalty)):
             raise ValueError(f"tamper_penalty must be a finite number or null, got {tamper_penalty!r}")
+        if harness not in HARNESS_MODES:
+            raise ValueError(f"unknown harness mode {harness!r}; choose one of {HARNESS_MODES}")
+        self.harness = harness
         self.tamper_penalty = tamper_penalty
         self.extract = extract
         self.partial_credit = partial_credit
@@ -155,14 +165,17 @@ class CodeVerifier:
         if code is None or not code.strip():
             return VerifierResult.unscorable("no code found in the completion", extract=self.extract)
         try:
-            return build(code, row, include_challenge_tests=self.include_challenge_tests,
-                         case_timeout=self.case_timeout)
+            program, tests = build(code, row, include_challenge_tests=self.include_challenge_tests,
+                                   case_timeout=self.case_timeout)
         except (MissingFieldError, ValueError) as exc:
             return VerifierResult.unscorable(str(exc))
+        return exec_tests(program, tests, self.timeout) if self.harness == "exec" else (program, tests)
 
     def score(self, result: ExecutionResult) -> VerifierResult:
         info = {"status": result.status, "passed": result.passed, "total": result.total,
                 "duration": round(result.duration, 4), "isolation": result.isolation}
+        if self.harness != "trusted":
+            info["harness"] = self.harness
         if result.harness_error:
             return VerifierResult.unscorable(f"the tests could not run: {result.harness_error}", **info)
         if result.detail:
@@ -203,4 +216,4 @@ class CodeVerifier:
 
     def __repr__(self) -> str:
         return (f"CodeVerifier(extract={self.extract!r}, partial_credit={self.partial_credit}, "
-                f"timeout={self.timeout}, isolation={self.isolation!r})")
+                f"timeout={self.timeout}, isolation={self.isolation!r}, harness={self.harness!r})")
