@@ -2,24 +2,27 @@
 
     log pi(y_t | x, y_<t) = z_{t, y_t} / T - logsumexp_v(z_{t, v} / T)
 
-A model on the lean runtime (``model.runtime``, reasoning_rl.policy.runtime) computes it from the last
-hidden states of the real completion positions with the LM head applied a chunk of positions
-at a time and recomputed in the backward (``reasoning_rl.policy.lm_head``): no ``[B, L, V]`` tensor.
-With chunking off (``model.lm_head_chunk: 0``, or ``auto`` for a small vocabulary), and on
-the hf runtime, the full logits are computed and gathering the chosen logit and subtracting the
-row's logsumexp needs one ``[B, L]`` result instead of a second ``[B, L, V]`` tensor (what
-``log_softmax(...).gather(...)`` would allocate).
+It is computed from the last hidden states of the real completion positions with the LM head
+applied a chunk of positions at a time and recomputed in the backward
+(``reasoning_rl.policy.lm_head``): no ``[B, L, V]`` tensor. The hidden states come from the lean
+forward on the lean runtime (``model.runtime``, reasoning_rl.policy.runtime), and from
+transformers' decoder on the hf runtime (reasoning_rl.policy.hf_forward) for the model classes
+whose logits are ``lm_head(hidden)``. With chunking off (``model.lm_head_chunk: 0``, or ``auto``
+for a small vocabulary), or for another model class, the full logits are computed and gathering
+the chosen logit and subtracting the row's logsumexp needs one ``[B, L]`` result instead of a
+second ``[B, L, V]`` tensor (what ``log_softmax(...).gather(...)`` would allocate).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from reasoning_rl.batching import pack
+from reasoning_rl.policy import hf_forward
+from reasoning_rl.policy.hf_forward import cache_argument  # noqa: F401  (engines.py's import; to move there)
 from reasoning_rl.policy.lean import completion_hidden
 from reasoning_rl.policy.lm_head import chunk_of, sampling_support, token_logprobs
 from reasoning_rl.policy.runtime import uses_lean
@@ -70,12 +73,14 @@ def completion_logprobs(
 
     ``group_size=G > 1`` says rows ``i*G .. i*G+G-1`` share one prompt (a GRPO group):
     each prompt then goes through the model once instead of G times (same numbers,
-    gradients included; see ``_shared_prompt_logits``). A model on the lean runtime
-    (``model.runtime``, :func:`reasoning_rl.policy.runtime.uses_lean`) runs
+    gradients included; see :func:`reasoning_rl.policy.hf_forward.shared_prompt_forward`). A model
+    on the lean runtime (``model.runtime``, :func:`reasoning_rl.policy.runtime.uses_lean`) runs
     :func:`reasoning_rl.policy.lean.completion_hidden`, the same computation with the prompt shared
-    the same way, read from the model's parameters in fewer ops, and then the LM head
+    the same way, read from the model's parameters in fewer ops; on the hf runtime, a model class
+    whose logits are ``lm_head(hidden)`` runs transformers' decoder
+    (:func:`reasoning_rl.policy.hf_forward.completion_hidden`). Either way the LM head then runs
     ``lm_head_chunk`` positions at a time (``reasoning_rl.policy.lm_head``; None: the model's
-    ``model.lm_head_chunk`` setting, 0: full logits); the log-probs are then float32 whatever the
+    ``model.lm_head_chunk`` setting, 0: full logits). The log-probs are float32 whatever the
     model's dtype.
 
     With gradient checkpointing on (``model.gradient_checkpointing``, in training mode, with
@@ -88,22 +93,33 @@ def completion_logprobs(
     # very negative, and a KL term exp(ref - logp) of it overflows to inf (inf * 0 = NaN).
     real = attention_mask[:, completion_start:].bool()  # [B, L]
     checkpoint = model.training and torch.is_grad_enabled() and checkpointing_enabled(model)  # a backward follows
-    if uses_lean(model):  # model.runtime, decided once (reasoning_rl.policy.runtime): the same forward in fewer ops
+    chunk = chunk_of(model) if lm_head_chunk is None else lm_head_chunk
+    lean = uses_lean(model)  # model.runtime, decided once (reasoning_rl.policy.runtime): the same forward in fewer ops
+    if lean or (group_size > 1 and not checkpoint):
         _check_groups(input_ids, completion_start, group_size)
+    if lean:
         hidden = completion_hidden(model, input_ids, attention_mask, position_ids, completion_start, group_size,
                                    checkpoint)  # [B, L, D]
-        chunk = chunk_of(model) if lm_head_chunk is None else lm_head_chunk
-        if chunk:  # the LM head on the real positions only, a chunk at a time (reasoning_rl.policy.lm_head)
-            head = model.lm_head
-            logp_real, entropy_real = token_logprobs(hidden[real], head.weight, head.bias, tokens[real], temperature,
-                                                     chunk=chunk, with_entropy=with_entropy, top_k=top_k,
-                                                     top_p=top_p)  # [N] each
-            logp = torch.zeros(real.shape, dtype=logp_real.dtype, device=real.device).masked_scatter(real, logp_real)
-            entropy = None if entropy_real is None else torch.zeros_like(logp).masked_scatter(real, entropy_real)
-            return logp, entropy
-        logits = torch.nn.functional.linear(hidden, model.lm_head.weight, model.lm_head.bias)  # [B, L, V]
+        head = model.lm_head
+    elif chunk and hf_forward.chunked_head_refusal(model) is None:
+        # Under gradient checkpointing transformers turns the key/value cache off: full rows then.
+        hidden = hf_forward.completion_hidden(model, input_ids, attention_mask, position_ids, completion_start,
+                                              group_size, share_prompt=not checkpoint)  # [B, L, D]
+        head = hf_forward.lm_head_of(model)
+    else:
+        hidden = head = None
+    if hidden is not None and chunk:  # the LM head on the real positions only, a chunk at a time (lm_head)
+        logp_real, entropy_real = token_logprobs(hidden[real], head.weight, head.bias, tokens[real], temperature,
+                                                 chunk=chunk, with_entropy=with_entropy, top_k=top_k,
+                                                 top_p=top_p)  # [N] each
+        logp = torch.zeros(real.shape, dtype=logp_real.dtype, device=real.device).masked_scatter(real, logp_real)
+        entropy = None if entropy_real is None else torch.zeros_like(logp).masked_scatter(real, entropy_real)
+        return logp, entropy
+    if hidden is not None:  # lean, chunking off
+        logits = torch.nn.functional.linear(hidden, head.weight, head.bias)  # [B, L, V]
     elif group_size > 1 and not checkpoint:
-        logits = _shared_prompt_logits(model, input_ids, attention_mask, position_ids, completion_start, group_size)
+        logits = hf_forward.shared_prompt_forward(model, "logits", input_ids, attention_mask, position_ids,
+                                                  completion_start, group_size)  # [B, L, V]
     else:
         # The module forward of full rows; also with group_size > 1 under gradient checkpointing,
         # where transformers turns the key/value cache off, so the prompt cannot be shared.
@@ -133,12 +149,6 @@ def checkpointing_enabled(model: Any) -> bool:
     return False
 
 
-def cache_argument(model: Any) -> str:
-    """transformers >= 5.2x takes the key/value cache as ``cache``; earlier versions as ``past_key_values``."""
-    model = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: **kwargs to the base
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 def _check_groups(input_ids: torch.Tensor, completion_start: int, group_size: int) -> None:
     """Rows ``i*G .. i*G+G-1`` must hold one prompt ``input_ids[:, :completion_start]``."""
     n, p = input_ids.shape[0], completion_start
@@ -148,39 +158,6 @@ def _check_groups(input_ids: torch.Tensor, completion_start: int, group_size: in
         same = (input_ids[:, :p].view(-1, group_size, p) == input_ids[::group_size, :p].unsqueeze(1)).all()
         if not bool(same):
             raise ValueError("group_size > 1 needs rows i*G .. i*G+G-1 to share one prompt; they differ")
-
-
-def _shared_prompt_logits(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-    completion_start: int, group_size: int,
-) -> torch.Tensor:
-    """Completion logits ``[B, L, V]`` with each group's prompt encoded once.
-
-    A GRPO group is G completions of one prompt, and the prompt's keys and values do
-    not depend on the completion (causal attention). So: run the B/G distinct prompts,
-    keep their key/value cache, repeat it G times along the batch (``repeat_interleave``
-    is differentiable: the gradients of the G copies add up in the shared prompt), and
-    run only the completion tokens against it. The prompt's last logit predicts the
-    first completion token; completion token t predicts token t + 1. When prompts are
-    long and answers short (the arithmetic task: ~25 prompt tokens, ~3 answer tokens),
-    this removes most of the forward and backward compute. ``position_ids`` are the full
-    rows' positions: their prompt slice depends on the prompt alone, so it is the same
-    for every row of a group.
-    """
-    width = input_ids.shape[1]
-    _check_groups(input_ids, completion_start, group_size)
-    p = completion_start
-    prompt_ids, prompt_mask = input_ids[::group_size, :p], attention_mask[::group_size, :p]  # [B/G, P]
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position_ids[::group_size, :p],
-                use_cache=True)
-    first = out.logits[:, -1:, :].repeat_interleave(group_size, dim=0)  # [B, 1, V]: predicts completion token 0
-    if width - p == 1:
-        return first
-    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-    cache.batch_repeat_interleave(group_size)
-    rest = model(input_ids=input_ids[:, p:-1], attention_mask=attention_mask[:, :-1], position_ids=position_ids[:, p:-1],
-                 use_cache=True, **{cache_argument(model): cache}).logits  # [B, L-1, V]: predict tokens 1 .. L-1
-    return torch.cat([first, rest], dim=1)
 
 
 @torch.no_grad()

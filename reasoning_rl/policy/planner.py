@@ -204,7 +204,7 @@ def activation_bytes(m: ModelShape, w: Workload, rows: int, cpu: bool) -> int:
 
 def _hf_activation_floats(m: ModelShape, w: Workload, rows: int) -> int:
     """The hf runtime: without checkpointing, each prompt once and the completions against its
-    repeated cache (reasoning_rl.policy.logprobs._shared_prompt_logits), :func:`hf_layer_floats`
+    repeated cache (reasoning_rl.policy.hf_forward.shared_prompt_forward), :func:`hf_layer_floats`
     per position; with checkpointing, full rows (transformers keeps no cache then): D per
     position and layer, plus one layer of full rows recomputed."""
     c, p = w.completion_tokens, w.prompt_tokens

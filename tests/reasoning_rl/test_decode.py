@@ -257,7 +257,7 @@ def test_fused_and_plain_projections_give_the_same_logits(fuse):
 def test_training_logits_and_gradients_are_the_module_forward(arch, kv_heads, group_size, packed, monkeypatch):
     # packed: the completions' right padding dropped (one packed sequence), or kept.
     from reasoning_rl.policy.lean import training as decode
-    from reasoning_rl.policy.logprobs import _shared_prompt_logits
+    from reasoning_rl.policy.hf_forward import shared_prompt_forward
 
     monkeypatch.setattr(decode, "PACK_MIN_PADDING", 0.0 if packed else 2.0)
     completion_logits = decode.completion_logits
@@ -283,7 +283,7 @@ def test_training_logits_and_gradients_are_the_module_forward(arch, kv_heads, gr
 
     lean, lean_grads = loss_and_grads(completion_logits)
     if group_size > 1:
-        module, module_grads = loss_and_grads(_shared_prompt_logits)
+        module, module_grads = loss_and_grads(lambda m, i, a, pos, p, g: shared_prompt_forward(m, "logits", i, a, pos, p, g))
     else:
         module, module_grads = loss_and_grads(
             lambda m, i, a, pos, p, g: m(input_ids=i, attention_mask=a, position_ids=pos).logits[:, p - 1:-1])

@@ -33,7 +33,7 @@ def completion_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch
                       checkpoint: bool = False) -> torch.Tensor:
     """Completion logits ``[B, L, V]`` (differentiable): ``W_lm`` applied to
     :func:`completion_hidden` (same arguments), the contract of
-    ``reasoning_rl.policy.logprobs._shared_prompt_logits``. The training log-probs apply the LM head
+    ``reasoning_rl.policy.hf_forward.shared_prompt_forward``. The training log-probs apply the LM head
     themselves, a chunk of positions at a time (``reasoning_rl.policy.lm_head``)."""
     hidden = completion_hidden(model, input_ids, attention_mask, position_ids, completion_start, group_size,
                                checkpoint)
