@@ -80,6 +80,8 @@ TRAIN_RANGES: dict[str, Range] = {
     "task.max_train_examples": AT_LEAST_1,
     "task.max_eval_examples": AT_LEAST_1,
     "task.audit.fraction": FRACTION,
+    "task.episode.max_turns": AT_LEAST_1,
+    "task.episode.max_tokens": AT_LEAST_1,
     # model (the tiny model's shape)
     "model.tiny.hidden_size": AT_LEAST_1,
     "model.tiny.num_layers": AT_LEAST_1,

@@ -50,6 +50,10 @@ class Completion:
     (after temperature, top-k and top-p; greedy: under the temperature-1 distribution), one per
     token id; every engine reports them (hf, native, vLLM). The trainer recomputes its own for the
     loss and only compares the two (mismatch metrics, off-policy corrections)."""
+    loss_mask: list[int] | None = None
+    """One 0/1 per token id: 1 on tokens the policy sampled, 0 on tokens it was given (a multi-turn
+    episode's observations, reasoning_rl.envs.episode), which the loss and every per-token statistic
+    leave out; their ``logprobs`` are NaN. None = every token was sampled (single-turn)."""
 
     @property
     def num_tokens(self) -> int:

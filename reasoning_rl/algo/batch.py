@@ -46,11 +46,25 @@ def sample_step(ctx: RunContext, prompts: int, group_size: int, seed: int) -> tu
     return indices, sample_and_score(ctx, [ctx.train_examples[i] for i in indices], group_size, seed=seed)
 
 
-def trained_tokens(token_ids: Sequence[int], eos_token_id: int) -> list[int]:
+def trained_tokens(token_ids: Sequence[int], eos_token_id: int, loss_mask: Sequence[int] | None = None) -> list[int]:
     """The token ids a sampled completion is trained as. An empty completion (the engine stopped
     at once, or a stop string cut everything) is trained as its EOS: a row needs at least one
-    token for its log-prob, and EOS is what the policy emitted."""
-    return list(token_ids) if token_ids else [eos_token_id]
+    token for its log-prob, and EOS is what the policy emitted. With a ``loss_mask`` (a multi-turn
+    episode: 0 on observation tokens) the row is a :class:`MaskedTokens` carrying it."""
+    if not token_ids:
+        return [eos_token_id]
+    return MaskedTokens(token_ids, loss_mask) if loss_mask is not None else list(token_ids)
+
+
+class MaskedTokens(list):
+    """Token ids with a 0/1 ``loss_mask`` (``Completion.loss_mask``): ``pack`` puts it in the
+    completion mask, so the loss and every per-token statistic leave the 0 tokens out."""
+
+    def __init__(self, token_ids: Sequence[int], loss_mask: Sequence[int]) -> None:
+        if len(loss_mask) != len(token_ids):
+            raise ValueError(f"loss_mask has {len(loss_mask)} entries for {len(token_ids)} tokens")
+        super().__init__(token_ids)
+        self.loss_mask = [int(m) for m in loss_mask]
 
 
 @dataclass
@@ -65,14 +79,16 @@ class TrainingRows:
         return len(self.completions)
 
     def lengths(self) -> list[int]:
-        """Completion tokens of each row, what the loss's denominators count."""
-        return [len(c) for c in self.completions]
+        """Completion tokens of each row the loss trains on (observation tokens left out), what the
+        loss's denominators count."""
+        return [sum(c.loss_mask) if isinstance(c, MaskedTokens) else len(c) for c in self.completions]
 
 
 def training_rows(groups: ScoredGroups, eos_token_id: int) -> TrainingRows:
     """The (prompt, completion) token rows of ``groups``' samples, prompt-major like the groups."""
     return TrainingRows([list(c.prompt_token_ids) for c in groups.completions],
-                        [trained_tokens(c.token_ids, eos_token_id) for c in groups.completions])
+                        [trained_tokens(c.token_ids, eos_token_id, getattr(c, "loss_mask", None))
+                         for c in groups.completions])
 
 
 def sampled_support(sampling: Any) -> dict[str, Any]:

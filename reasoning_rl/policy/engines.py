@@ -21,7 +21,8 @@ compare the two.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -65,11 +66,39 @@ class HFEngine:
         self, prompts: Sequence[str], n: int, sampling: SamplingConfig, seed: int | None = None
     ) -> list[list[Completion]]:
         """``n`` completions for each prompt, grouped per prompt, in prompt order."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        with self._sampling_mode(seed):
+            flat: list[Completion] = []
+            # Repeat each prompt n times so one padded batch holds whole groups.
+            expanded = [p for p in prompts for _ in range(n)]
+            rows = self._rows_per_batch(n)
+            for start in range(0, len(expanded), rows):
+                flat.extend(self._generate_batch(expanded[start:start + rows], sampling))
+        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    @torch.no_grad()
+    def generate_from_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig,
+                          seed: int | None = None) -> list[Completion]:
+        """One completion for each prompt given as token ids, in order: the continuation of a multi-turn
+        episode (prompt, sampled turns and observations, as ids: nothing is decoded and re-encoded).
+        Each call runs its contexts from the start (prefill), on the native engine too: the key/value
+        cache of the previous turn is not kept."""
+        if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
+            raise ValueError("generate_from_ids needs at least one prompt, each with at least one token id")
+        with self._sampling_mode(seed):
+            flat: list[Completion] = []
+            rows = self._rows_per_batch(1)
+            for start in range(0, len(prompt_ids), rows):
+                flat.extend(self._generate_id_rows([list(p) for p in prompt_ids[start:start + rows]], sampling))
+        return flat
+
+    @contextlib.contextmanager
+    def _sampling_mode(self, seed: int | None) -> Iterator[None]:
+        """Seed the draw and switch dropout off (when :meth:`_needs_eval_mode`) for one ``generate``."""
         from reasoning_rl.distributed import rank_seed
         from reasoning_rl.policy.loading import set_training
 
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
         seed = rank_seed(seed)  # data-parallel ranks draw independent samples; rank 0 keeps ``seed``
         if seed is not None:
             torch.manual_seed(seed)
@@ -77,15 +106,9 @@ class HFEngine:
         if self._needs_eval_mode():
             set_training(self.model, False)
         try:
-            flat: list[Completion] = []
-            # Repeat each prompt n times so one padded batch holds whole groups.
-            expanded = [p for p in prompts for _ in range(n)]
-            rows = self._rows_per_batch(n)
-            for start in range(0, len(expanded), rows):
-                flat.extend(self._generate_batch(expanded[start:start + rows], sampling))
+            yield
         finally:
             set_training(self.model, was_training)
-        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
 
     def _needs_eval_mode(self) -> bool:
         """``generate`` runs the model's modules, whose dropout must be off while sampling."""
@@ -105,6 +128,26 @@ class HFEngine:
         enc = tok(unique, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
         unique_ids = [ids[mask.bool()].tolist() for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
         input_ids, attention_mask = enc["input_ids"][rows].to(device), enc["attention_mask"][rows].to(device)
+        new_tokens, logprobs = self._sample(input_ids, attention_mask, sampling, self._generate_kwargs(sampling))
+        return [self._finish(ids, lp, sampling, list(unique_ids[r]))
+                for ids, lp, r in zip(new_tokens.tolist(), logprobs.tolist(), rows.tolist())]
+
+    def _generate_id_rows(self, rows: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
+        """One completion per row of token ids, left-padded into one batch."""
+        device = next(self.model.parameters()).device
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)  # [B, P]
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, P]
+        for i, r in enumerate(rows):
+            input_ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            attention_mask[i, width - len(r):] = 1
+        new_tokens, logprobs = self._sample(input_ids.to(device), attention_mask.to(device), sampling,
+                                            self._generate_kwargs(sampling))
+        return [self._finish(ids, lp, sampling, r) for ids, lp, r in zip(new_tokens.tolist(), logprobs.tolist(), rows)]
+
+    def _generate_kwargs(self, sampling: SamplingConfig) -> dict[str, Any]:
+        """``model.generate``'s keyword arguments for ``sampling`` (the warpers go in separately)."""
+        tok = self.tokenizer
         kwargs: dict[str, Any] = dict(
             max_new_tokens=sampling.max_new_tokens,
             pad_token_id=tok.pad_token_id,
@@ -122,9 +165,7 @@ class HFEngine:
             kwargs.update(temperature=1.0, top_p=1.0, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        new_tokens, logprobs = self._sample(input_ids, attention_mask, sampling, kwargs)  # [B, T] each
-        return [self._finish(ids, lp, sampling, list(unique_ids[r]))
-                for ids, lp, r in zip(new_tokens.tolist(), logprobs.tolist(), rows.tolist())]
+        return kwargs
 
     def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: SamplingConfig,
                 generate_kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reasoning_rl.envs.base import EpisodeConfig
 from reasoning_rl.tasks.data import (
     DatasetFieldError,
     Problem,
@@ -72,6 +73,12 @@ class TaskConfig:
     """Keep only the first N training rows (null: all)."""
     max_eval_examples: int | None = 200
     """Keep only the first N held-out rows (null: all)."""
+    env: str | None = None
+    """Environment of multi-turn episodes (``python_tool``, or any registered name; reasoning_rl.envs,
+    docs/tools.md); null = single-turn completions, as before."""
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """How an episode runs when ``env`` is set: ``max_turns``, the token budget ``max_tokens``, the
+    environment's ``options``."""
     audit: AuditConfig = field(default_factory=AuditConfig)
     """Verifier audit: a second verifier re-scores a seeded sample of each step's completions
     (``task.audit.verifier=math +task.audit.options.strict=true``); logged as ``audit/*``, the

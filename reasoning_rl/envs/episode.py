@@ -1,0 +1,232 @@
+"""Multi-turn episodes over any rollout engine: sample a turn, let the environment answer, continue.
+
+:class:`EpisodeEngine` wraps an engine that can continue from token ids (``generate_from_ids``:
+the hf and native engines) and is itself a :class:`reasoning_rl.rollout.RolloutEngine`, so the
+algorithms and held-out evaluation use it unchanged. For each episode, with ``B`` the token
+budget (``task.episode.max_tokens``)::
+
+    ids, mask  <- [], []                                   after the prompt's ids
+    for turn in 1 .. max_turns:
+        turn_ids, logprobs <- sample from prompt + ids, until env.stop or EOS, at most
+                              min(rollout.max_new_tokens, B - len(ids)) tokens
+        ids += turn_ids; mask += [1] * len(turn_ids)       kept as sampled, never re-tokenized
+        end on EOS, on a turn cut at its length, or when the budget is spent
+        obs <- env.step(turn text)                         end when obs.done
+        obs_ids <- tokenize(obs.observation)               the only text ever tokenized
+        ids += obs_ids[:B - len(ids)]; mask += [0] * ...   context: the loss never sees them
+
+The completion holds the whole episode (``token_ids``, ``loss_mask``, ``logprobs`` with NaN on
+observation tokens) and its text is the turns' decoded text with the observations between them;
+the task's reward scores that text. An episode that reaches the budget, or whose last turn is cut
+at ``rollout.max_new_tokens``, or that still wants a tool call after ``max_turns``, ends with
+``finish_reason="length"``. Each turn recomputes the context's key/value cache (prefill), on the
+native engine too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reasoning_rl.envs.base import Environment, EpisodeConfig
+from reasoning_rl.envs.registry import check_options, environment_class, get_environment
+from reasoning_rl.errors import UserError
+from reasoning_rl.rollout import Completion, SamplingConfig
+
+TURN_SEED_STRIDE = 7_919
+"""A prime: turn t of a call seeded s samples with seed ``s + t * TURN_SEED_STRIDE``."""
+
+
+class EngineCannotContinueError(UserError):
+    """The rollout engine cannot continue from token ids, which multi-turn episodes need."""
+
+
+@dataclass
+class EpisodeStats:
+    """Counts over the episodes run since the last :meth:`pop`; the ``env/*`` metrics (docs/metrics.md)."""
+
+    episodes: int = 0
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_timeouts: int = 0
+    observation_tokens: int = 0
+    budget_cut: int = 0
+    turn_limit_cut: int = 0
+    turn_rewards: list[float] = field(default_factory=list)
+
+    def pop(self) -> dict[str, float]:
+        """The metrics, then zero every count; {} when no episode ran."""
+        if not self.episodes:
+            return {}
+        e = self.episodes
+        out = {
+            "env/turns_mean": self.turns / e,
+            "env/tool_calls_mean": self.tool_calls / e,
+            "env/tool_error_rate": self.tool_errors / self.tool_calls if self.tool_calls else 0.0,
+            "env/tool_timeouts": float(self.tool_timeouts),
+            "env/observation_tokens_mean": self.observation_tokens / e,
+            "env/budget_cut_fraction": self.budget_cut / e,
+            "env/turn_limit_fraction": self.turn_limit_cut / e,
+        }
+        if self.turn_rewards:
+            out["env/turn_reward_mean"] = sum(self.turn_rewards) / len(self.turn_rewards)
+        self.__init__()  # type: ignore[misc]
+        return out
+
+
+@dataclass
+class _Episode:
+    env: Environment
+    prompt_ids: list[int]
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    finish_reason: str | None = None  # None while running
+
+    def end(self, reason: str) -> None:
+        self.finish_reason = reason
+
+    def add(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] | None, text: str) -> None:
+        self.ids += ids
+        self.mask += [1 if sampled else 0] * len(ids)
+        self.logprobs += list(logprobs) if logprobs is not None else [math.nan] * len(ids)
+        self.text.append(text)
+
+
+class EpisodeEngine:
+    """A rollout engine whose completions are whole episodes with the environment ``env_name``."""
+
+    def __init__(self, engine: Any, tokenizer: Any, env_name: str, episode: EpisodeConfig,
+                 examples: Sequence[Any] = (), stats: EpisodeStats | None = None) -> None:
+        """``examples``: the task's examples, so the environment's ``reset`` gets the example behind
+        a prompt (a prompt not among them gets an example with that prompt and no reference)."""
+        if not callable(getattr(engine, "generate_from_ids", None)):
+            raise EngineCannotContinueError(
+                f"task.env={env_name}: the rollout engine {type(engine).__name__} cannot continue from token ids, "
+                "which multi-turn episodes need; use rollout.backend=hf or rollout.backend=native")
+        if episode.max_turns < 1 or episode.max_tokens < 1:
+            raise ValueError(f"task.episode needs max_turns >= 1 and max_tokens >= 1, got {episode}")
+        environment_class(env_name)  # an unknown name fails here, before any sampling
+        check_options(env_name, dict(episode.options))
+        self.inner, self.tokenizer, self.env_name, self.episode = engine, tokenizer, env_name, episode
+        self.examples = {e.prompt: e for e in examples}
+        self.stats = stats if stats is not None else EpisodeStats()
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    def update_policy(self, model: Any, version: int) -> None:
+        self.inner.update_policy(model, version)
+
+    def pop_metrics(self) -> dict[str, float]:
+        """The wrapped engine's measurements and the episodes' ``env/*`` counts."""
+        pop = getattr(self.inner, "pop_metrics", None)
+        return {**(pop() if pop is not None else {}), **self.stats.pop()}
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
+                 seed: int | None = None) -> list[list[Completion]]:
+        """``n`` episodes for each prompt, grouped per prompt, in prompt order."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        episodes = [self._start(p) for p in prompts for _ in range(n)]
+        for turn in range(self.episode.max_turns):
+            running = [e for e in episodes if e.finish_reason is None]
+            if not running:
+                break
+            self._turn(running, sampling, None if seed is None else seed + turn * TURN_SEED_STRIDE,
+                       last=turn + 1 == self.episode.max_turns)
+        flat = [self._completion(e) for e in episodes]
+        return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def _start(self, prompt: str) -> _Episode:
+        from reasoning_rl.tasks import Example
+
+        example = self.examples.get(prompt) or Example(id="", prompt=prompt, reference=None, fields={})
+        env = get_environment(self.env_name, **dict(self.episode.options))
+        first = env.reset(example)
+        ids = self.tokenizer(first, add_special_tokens=False)["input_ids"]
+        return _Episode(env, list(ids))
+
+    def _turn(self, running: list[_Episode], sampling: SamplingConfig, seed: int | None, last: bool) -> None:
+        """One policy turn of every running episode, then each environment's answer."""
+        budget = self.episode.max_tokens
+        room = [budget - len(e.ids) for e in running]
+        turn_sampling = dataclasses.replace(
+            sampling, max_new_tokens=min(sampling.max_new_tokens, max(room)),
+            stop=[*sampling.stop, *(s for s in running[0].env.stop if s not in sampling.stop)])
+        outs = self.inner.generate_from_ids([e.prompt_ids + e.ids for e in running], turn_sampling, seed=seed)
+        eos = self.tokenizer.eos_token_id
+        for e, c, left in zip(running, outs, room):
+            self.stats.turns += 1
+            ids = list(c.token_ids[:left])  # a turn may not run past the episode's budget
+            logprobs = None if c.logprobs is None else c.logprobs[:left]
+            e.add(ids, True, logprobs, self.tokenizer.decode(ids, skip_special_tokens=True))
+            if c.policy_version is not None:
+                e.versions.append(c.policy_version)
+            if ids and ids[-1] == eos:
+                e.end("stop")
+            elif len(e.ids) >= budget:
+                self._cut_by_budget(e)
+            elif c.finish_reason == "length" or not any(s in e.text[-1] for s in e.env.stop):
+                e.end(c.finish_reason)  # cut at rollout.max_new_tokens, or a stop string of rollout.stop
+            else:
+                self._observe(e, c.text, last)
+
+    def _observe(self, e: _Episode, turn_text: str, last: bool) -> None:
+        """Hand the turn (cut before the stop string) to the environment; append its observation."""
+        step = e.env.step(turn_text)
+        if step.tool != "none":
+            self.stats.tool_calls += 1
+            self.stats.tool_errors += step.tool in ("error", "timeout")
+            self.stats.tool_timeouts += step.tool == "timeout"
+        if step.reward is not None:
+            self.stats.turn_rewards.append(float(step.reward))
+        if step.done:
+            e.end("stop")
+            return
+        if last:  # it still wants a tool call, but has no turn left to read the answer
+            self.stats.turn_limit_cut += 1
+            e.end("length")
+            return
+        obs_ids = list(self.tokenizer(step.observation, add_special_tokens=False)["input_ids"])
+        left = self.episode.max_tokens - len(e.ids)
+        kept = obs_ids[:left]
+        self.stats.observation_tokens += len(kept)
+        e.add(kept, False, None, step.observation if len(kept) == len(obs_ids)
+              else self.tokenizer.decode(kept, skip_special_tokens=True))
+        if len(e.ids) >= self.episode.max_tokens:
+            self._cut_by_budget(e)
+
+    def _cut_by_budget(self, e: _Episode) -> None:
+        self.stats.budget_cut += 1
+        e.end("length")
+
+    def _completion(self, e: _Episode) -> Completion:
+        self.stats.episodes += 1
+        return Completion(text="".join(e.text), token_ids=e.ids, finish_reason=e.finish_reason or "length",
+                          prompt_token_ids=e.prompt_ids,
+                          policy_version=min(e.versions) if e.versions else None,
+                          logprobs=e.logprobs, loss_mask=e.mask)
+
+
+def with_environment(task_cfg: Any, tokenizer: Any, engines: Sequence[Any],
+                     examples: Sequence[Any]) -> list[Any]:
+    """``engines`` unchanged when ``task.env`` is null (single-turn); else each wrapped in an
+    :class:`EpisodeEngine` (one :class:`EpisodeStats` shared, so the ``env/*`` metrics count every
+    episode whichever wrapper ran it; the same engine twice gives the same wrapper)."""
+    name = getattr(task_cfg, "env", None)
+    if name is None:
+        return list(engines)
+    stats = EpisodeStats()
+    wrapped: dict[int, EpisodeEngine] = {}
+    for engine in engines:
+        if id(engine) not in wrapped:
+            wrapped[id(engine)] = EpisodeEngine(engine, tokenizer, name, task_cfg.episode, examples, stats)
+    return [wrapped[id(engine)] for engine in engines]
