@@ -18,15 +18,24 @@ or our own ``math`` with the other extraction strictness (``options: {strict: tr
 explicit answer markers count); for code, ``code`` with other options (``partial_credit``, a
 different ``extract`` mode). "Pass" is a score of 1 (full credit).
 
-Cost: the sample goes through the same reward worker pool after the step's scoring (on the
-critical path; ``audit/seconds`` measures it).
+Second verifier for code: ``code`` with ``options: {harness: exec}`` (program and tests in one
+process, verdict by exit status: :mod:`rewards.code.exec_mode`) against the trusted harness.
+
+Cost, off the critical path: :meth:`VerifierAudit.submit` sends the sample to the reward worker
+pool from a background thread and returns at once (``asynchronous``, the default); the step goes on
+(advantages, the policy update) while the workers score, and the report is collected when the
+step's metrics are (:meth:`PendingAudit.report`). ``audit/seconds`` is the second verifier's time,
+``audit/wait_seconds`` the part of it the step still waited for. The pool runs one batch at a
+time: a scoring call made while the audit's batch runs waits for it.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +45,7 @@ from rewards.registry import get_verifier
 from rewards.types import VerifierResult
 
 METRICS = ("audit/disagree_rate", "audit/ours_pass_theirs_fail", "audit/ours_fail_theirs_pass", "audit/samples",
-           "audit/unscorable", "audit/seconds")
+           "audit/unscorable", "audit/seconds", "audit/wait_seconds")
 
 
 @dataclass
@@ -52,6 +61,9 @@ class AuditConfig:
     """Keyword options of the second verifier (``rewards.get_verifier(verifier, **options)``)."""
     seed: int = 0
     """Seed of the sample (combined with the step's sampling seed)."""
+    asynchronous: bool = True
+    """Score the sample in the reward worker pool while the step goes on (collected with the
+    step's metrics); false: score it before the step continues (on the critical path)."""
 
 
 def audit_sample(n: int, fraction: float, seed: int, step_seed: int) -> list[int]:
@@ -132,8 +144,77 @@ class VerifierAudit:
         report.metrics["audit/seconds"] = batch.seconds
         return report
 
+    def submit(self, completions: Sequence[str], references: Sequence[Any], fields: Sequence[Mapping[str, Any]],
+               ours: Sequence[VerifierResult], step_seed: int, *, timeout: float = 10.0,
+               pool: WorkerPool | None = None,
+               on_done: Callable[[AuditReport], None] | None = None) -> PendingAudit:
+        """:meth:`run` in a background thread (``cfg.asynchronous``), then ``on_done(report)`` there.
 
-def merge(reports: Sequence[AuditReport]) -> AuditReport:
+        Runs at once in this thread when ``cfg.asynchronous`` is false or the pool runs calls
+        in-process (``WorkerPool(0)``: no worker processes to overlap with, and verifiers that
+        time themselves out with signals need the main thread). The arguments are copied first:
+        the caller may change its lists while the audit runs.
+        """
+        args = (list(completions), list(references), [dict(f) for f in fields], list(ours))
+
+        def run() -> AuditReport:
+            report = self.run(*args, step_seed, timeout=timeout, pool=pool)
+            if on_done is not None:
+                on_done(report)
+            return report
+
+        in_process = pool is not None and pool.num_workers == 0
+        return PendingAudit(run, asynchronous=self.cfg.asynchronous and not in_process)
+
+
+class PendingAudit:
+    """A step's audit, scored in a background thread; :meth:`report` waits for it.
+
+    ``metrics`` and ``rows`` wait too, so a pending audit reads like an :class:`AuditReport`.
+    An exception in the audit is raised again by :meth:`report` (never a silent empty audit).
+    """
+
+    def __init__(self, run: Callable[[], AuditReport], asynchronous: bool = True) -> None:
+        self._report: AuditReport | None = None
+        self._error: BaseException | None = None
+        self._waited = False
+        self._thread: threading.Thread | None = None
+        if asynchronous:
+            self._thread = threading.Thread(target=self._run, args=(run,), name="verifier-audit", daemon=True)
+            self._thread.start()
+        else:
+            self._run(run)
+
+    def _run(self, run: Callable[[], AuditReport]) -> None:
+        try:
+            self._report = run()
+        except BaseException as exc:  # handed to the caller of report()
+            self._error = exc
+
+    def report(self) -> AuditReport:
+        """The audit's report, once it is done; the first call records ``audit/wait_seconds``."""
+        start = time.perf_counter()
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._report is not None
+        if not self._waited:
+            self._waited = True
+            if self._report.metrics:
+                self._report.metrics["audit/wait_seconds"] = time.perf_counter() - start
+        return self._report
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self.report().metrics
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.report().rows
+
+
+def merge(reports: Sequence[AuditReport | PendingAudit]) -> AuditReport:
     """Several sampling rounds of one step (dynamic sampling) as one report: counts and seconds
     add up, the rate is recomputed over all audited completions both verifiers scored."""
     reports = [r for r in reports if r.metrics]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
-from rewards.audit import AuditConfig, AuditReport, VerifierAudit, audit_sample, compare, merge
+from rewards.audit import AuditConfig, AuditReport, PendingAudit, VerifierAudit, audit_sample, compare, merge
 from rewards.pool import WorkerPool
 from rewards.types import VerifierResult
 
@@ -84,3 +85,47 @@ def _has_math_verify() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_submitted_audit_runs_while_the_caller_works() -> None:
+    # The audit takes 1.0 s; the caller works 1.0 s meanwhile, so collecting it waits far less
+    # than 1.0 s (serially it would wait the whole second).
+    def slow() -> AuditReport:
+        time.sleep(1.0)
+        return AuditReport({"audit/samples": 1}, [])
+
+    start = time.perf_counter()
+    pending = PendingAudit(slow)
+    assert time.perf_counter() - start < 0.5  # submit returns at once
+    time.sleep(1.0)  # the step's remaining work
+    assert pending.metrics["audit/samples"] == 1
+    assert pending.metrics["audit/wait_seconds"] < 0.5
+    serial = PendingAudit(slow, asynchronous=False)
+    assert serial.report().metrics["audit/wait_seconds"] < 0.5  # already done: the wait was in the constructor
+
+
+def test_an_audit_that_fails_raises_when_collected() -> None:
+    def broken() -> AuditReport:
+        raise RuntimeError("second verifier broke")
+
+    pending = PendingAudit(broken)
+    with pytest.raises(RuntimeError, match="second verifier broke"):
+        pending.report()
+
+
+def test_submit_gives_the_same_report_as_run_and_calls_on_done() -> None:
+    from rewards.registry import get_verifier
+
+    completions = ["the sum is 12", "\\boxed{12}"]
+    ours_verifier = get_verifier("math")
+    ours = [ours_verifier(c, "12") for c in completions]
+    audit = VerifierAudit(AuditConfig(verifier="math", fraction=1.0, options={"strict": True}))
+    done: list[AuditReport] = []
+    with WorkerPool(1) as pool:
+        pending = audit.submit(completions, ["12", "12"], [{}, {}], ours, step_seed=0, pool=pool, on_done=done.append)
+        report = pending.report()
+        direct = audit.run(completions, ["12", "12"], [{}, {}], ours, step_seed=0, pool=pool)
+    assert done == [report] and report.rows == direct.rows
+    assert {k: v for k, v in report.metrics.items() if "seconds" not in k} == \
+        {k: v for k, v in direct.metrics.items() if "seconds" not in k}
+    assert merge([pending]).metrics["audit/ours_pass_theirs_fail"] == 1  # a pending audit merges like a report
