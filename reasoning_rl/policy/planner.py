@@ -19,7 +19,8 @@ micro-batch"), so the measured RSS exceeds it unless large blocks are returned
 (docs/memory.md has the measurements).
 
 Modelled: the GRPO family (group_size, beta, num_iterations), the lean training forward of Llama /
-Qwen2 models, fp32 / bf16 storage, gradient checkpointing, the chunked LM head. LoRA and mixed
+Qwen2 models and transformers' forward of the others, fp32 / bf16 storage, gradient checkpointing,
+the chunked LM head (on both runtimes). LoRA and mixed
 precision are read from ``model.lora`` / ``trainer.precision`` when the config has them. Not
 modelled: PPO's critic, FSDP shards, vLLM's own process on a CPU.
 """
@@ -31,6 +32,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from reasoning_rl.policy.hf_forward import HEAD_CLASSES
+from reasoning_rl.policy.precision import storage_rounding_warning
 from reasoning_rl.policy.shapes import ModelShape, model_shape, shape_of
 
 log = logging.getLogger(__name__)
@@ -73,7 +76,15 @@ class Workload:
     reference_weight_bytes: int = 0
     """Bytes per parameter of pi_ref (``model.reference_dtype``); 0 = as the policy's weights."""
     runtime: str = "lean"
-    """lean (reasoning_rl.policy.lean: the chunked LM head applies) or hf (transformers' modules: full logits)."""
+    """lean (reasoning_rl.policy.lean) or hf (transformers' modules)."""
+    hf_head_chunkable: bool = False
+    """On the hf runtime, whether the chunked LM head applies to this model class
+    (reasoning_rl.policy.hf_forward.HEAD_CLASSES, an LM head that is not a LoRA target); else full logits."""
+
+    @property
+    def chunked_head(self) -> bool:
+        """Whether the training log-probs apply the LM head a chunk at a time (reasoning_rl.policy.logprobs)."""
+        return bool(self.lm_head_chunk) and (self.runtime == "lean" or self.hf_head_chunkable)
 
 
 @dataclass
@@ -233,7 +244,7 @@ def lm_head_bytes(m: ModelShape, w: Workload, rows: int) -> int:
     one chunk's float32 logits and probabilities, 2 x chunk x V x 4, plus the [V, D] float32
     gradient it accumulates in the backward. Full logits (chunk 0): FULL_LOGITS_COPIES x
     rows x c x V x 4."""
-    if w.lm_head_chunk and w.runtime == "lean":
+    if w.chunked_head:
         return 2 * min(w.lm_head_chunk, rows * w.completion_tokens) * m.vocab * 4 + m.vocab * m.hidden * 4
     return FULL_LOGITS_COPIES * rows * w.completion_tokens * m.vocab * 4
 
@@ -259,7 +270,7 @@ def frozen_forward_bytes(m: ModelShape, w: Workload, rows: int) -> int:
     n = rows * max(1, w.completion_tokens - 1)
     kv = m.layers * rows * 2 * m.kv_heads * m.head_dim * w.prompt_tokens
     work = n * (2 * m.hidden + 3 * m.intermediate)
-    head = (2 * min(w.lm_head_chunk, n) if w.lm_head_chunk and w.runtime == "lean" else 2 * n) * m.vocab * 4
+    head = (2 * min(w.lm_head_chunk, n) if w.chunked_head else 2 * n) * m.vocab * 4
     return (kv + work) * w.activation_bytes + head
 
 
@@ -285,8 +296,7 @@ def peak(m: ModelShape, w: Workload, base: int, rows: int, cpu: bool) -> tuple[d
     phases = {"update": update, "rollout": rollout, "frozen log-probs": frozen}
     phase = max(phases, key=phases.__getitem__)
     components = {**state, f"activations ({rows} rows{', checkpointed' if w.checkpointing else ''})": acts,
-                  "LM head" + (f" ({w.lm_head_chunk}-position chunk)" if w.lm_head_chunk and w.runtime == "lean"
-                               else " (full logits)"): head,
+                  "LM head" + (f" ({w.lm_head_chunk}-position chunk)" if w.chunked_head else " (full logits)"): head,
                   "backward working set": backward, "sampling KV cache": kv_cache_bytes(m, w),
                   "frozen forward (reference / pi_old)": frozen_forward_bytes(m, w, rows)}
     fixed = base + state["weights"] + state["reference"] + state["optimiser states"]
@@ -336,6 +346,7 @@ def workload_of(cfg: Any, m: ModelShape, prompt_tokens: int, cpu: bool = True) -
         rollout_backend=cfg.rollout.backend, rollout_batch=min(cfg.rollout.batch_size, total),
         lora_rank=rank, lora_targets=targets, pi_old=int(getattr(a, "num_iterations", 1)) > 1,
         runtime=runtime_of_plan(cfg, m, cpu, rank > 0),
+        hf_head_chunkable=m.architecture in HEAD_CLASSES and not (rank and "lm_head" in targets),
         reference_weight_bytes=resolve_dtype(ref_dtype).itemsize if ref_dtype else 0)
 
 
@@ -382,7 +393,12 @@ def estimate(cfg: Any, device_gb: float | None = None, prompt_tokens: int = 256,
 def log_plan(cfg: Any, model: Any, tokenizer: Any, prompts: list[str]) -> Plan:
     """The run header's memory line (:meth:`Plan.summary`), for the loaded policy and the longest of
     the first :data:`PROMPT_SAMPLE` training prompts; a warning when the peak exceeds the device
-    (CUDA memory, or the RAM on a CPU)."""
+    (CUDA memory, or the RAM on a CPU), and one when the trained weights are stored in a precision that
+    rounds the updates away (reasoning_rl.policy.precision.storage_rounding_warning)."""
+    rounding = storage_rounding_warning(str(cfg.model.dtype), str(getattr(cfg.trainer, "precision", "fp32")),
+                                        float(getattr(cfg.algo, "learning_rate", 0.0)))
+    if rounding is not None and not (getattr(cfg.model, "lora", None) and cfg.model.lora.r):
+        log.warning(rounding)
     sample = prompts[:PROMPT_SAMPLE]
     longest = max((len(ids) for ids in tokenizer(sample, add_special_tokens=False)["input_ids"]), default=1)
     plan = estimate(cfg, prompt_tokens=max(1, longest), config=model.config)

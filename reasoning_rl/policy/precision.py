@@ -64,6 +64,27 @@ def precision_problems(precision: str, model_dtype: str, algo: Any) -> list[str]
     return out
 
 
+STORAGE_STEP = {"bfloat16": 2.0 ** -8, "bf16": 2.0 ** -8, "float16": 2.0 ** -11, "fp16": 2.0 ** -11}
+"""Half the spacing of representable numbers relative to a value's magnitude (round-to-nearest): an update
+smaller than this fraction of a weight leaves it unchanged (bfloat16: 8 significant bits, float16: 11)."""
+
+
+def storage_rounding_warning(model_dtype: str, precision: str, learning_rate: float) -> str | None:
+    """A warning when the trained weights are stored in bf16/fp16 without float32 master weights.
+
+    An AdamW step moves a weight w by about the learning rate lr (its normalised update is ~1), and a
+    weight stored with relative step s keeps its value when lr < s |w|: with bfloat16 (s = 2^-8) and
+    lr = 1e-6, every weight with |w| > 256 lr = 2.6e-4, nearly all of them, never changes. None when the
+    weights are float32 (``trainer.precision=bf16`` keeps float32 master weights)."""
+    step = STORAGE_STEP.get(model_dtype)
+    if step is None or precision != "fp32":
+        return None
+    return (f"model.dtype={model_dtype} trains the weights and AdamW's states in {model_dtype}: an update below "
+            f"{step:.2g} of a weight rounds away, so at learning rate {learning_rate:g} every weight larger than "
+            f"{learning_rate / step:.2g} in magnitude stays unchanged; for float32 master weights use "
+            f"model.dtype=float32 trainer.precision=bf16 (and model.reference_dtype={model_dtype})")
+
+
 def mark_precision(model: Any, precision: str) -> None:
     """Record ``precision`` on the policy, for the engines that sample from it (:func:`precision_of`)."""
     compute_dtype(precision)  # validates the name

@@ -132,17 +132,33 @@ def test_hf_layer_floats_equal_what_autograd_keeps():
     assert predicted == pytest.approx(per_layer, rel=0.02)
 
 
-def test_off_the_cpu_auto_runs_hf_with_full_logits_and_lean_keeps_the_chunk():
-    # A 49,152-token vocabulary (auto chunk 682 positions) on an 80 GB GPU: auto -> hf (model.runtime).
+def test_off_the_cpu_auto_runs_hf_and_keeps_the_chunked_head_for_llama_classes():
+    # A 49,152-token vocabulary (auto chunk 682 positions) on an 80 GB GPU: auto -> hf (model.runtime),
+    # where a Llama's head is chunked too (reasoning_rl.policy.hf_forward); lm_head_chunk=0 gives full logits.
     shape = shape_of(AutoConfig.for_model(**KNOWN_CONFIGS["smollm2-135m-instruct"]), "table")
     cfg = _cfg("rollout.max_new_tokens=64")
     cfg.model.lm_head_chunk = "auto"
     auto = estimate(cfg, device_gb=80, config=AutoConfig.for_model(**KNOWN_CONFIGS["smollm2-135m-instruct"]))
-    assert auto.workload.runtime == "hf" and "LM head (full logits)" in auto.components
-    cfg.model.runtime = "lean"
-    lean = estimate(cfg, device_gb=80, config=AutoConfig.for_model(**KNOWN_CONFIGS["smollm2-135m-instruct"]))
-    assert lean.workload.runtime == "lean" and lean.workload.lm_head_chunk == 682 == 2 ** 25 // shape.vocab
-    assert lean.components["LM head (682-position chunk)"] < auto.components["LM head (full logits)"]
+    assert auto.workload.runtime == "hf" and auto.workload.lm_head_chunk == 682 == 2 ** 25 // shape.vocab
+    assert "LM head (682-position chunk)" in auto.components
+    cfg.model.lm_head_chunk = "0"
+    full = estimate(cfg, device_gb=80, config=AutoConfig.for_model(**KNOWN_CONFIGS["smollm2-135m-instruct"]))
+    assert full.components["LM head (full logits)"] > auto.components["LM head (682-position chunk)"]
+    cfg.model.lm_head_chunk = "auto"
+    cfg.model.lora.r, cfg.model.lora.target_modules = 8, ["q_proj", "lm_head"]  # an adapter on the head: full logits
+    assert "LM head (full logits)" in estimate(cfg, device_gb=80, config=AutoConfig.for_model(
+        **KNOWN_CONFIGS["smollm2-135m-instruct"])).components
+
+
+@pytest.mark.parametrize(("experiment", "hub_name", "device_gb"), [
+    ("gsm8k_qwen05b", "Qwen/Qwen2.5-0.5B-Instruct", 80), ("gsm8k_qwen05b", "Qwen/Qwen2.5-0.5B-Instruct", 24),
+    ("math_qwen15b", "Qwen/Qwen2.5-Math-1.5B", 80)])
+def test_shipped_gpu_presets_fit_at_g16_x_8_prompts_x_1024_tokens(experiment, hub_name, device_gb):
+    cfg = _cfg(f"experiment={experiment}", "algo.group_size=16", "algo.prompts_per_step=8",
+               "rollout.max_new_tokens=1024")
+    assert cfg.trainer.precision == "bf16" and cfg.model.dtype == "float32"  # fp32 master weights
+    plan = estimate(cfg, device_gb=device_gb, config=AutoConfig.for_model(**KNOWN_CONFIGS[hub_name]))
+    assert plan.fits and plan.workload.chunked_head, plan.summary()
 
 
 def test_shapes_from_the_built_in_table_count_the_published_parameters():

@@ -159,3 +159,18 @@ def test_precision_settings_that_cannot_run_are_refused(small_cfg):
     small_cfg.trainer.precision = "fp8"
     with pytest.raises(ConfigError, match="fp32, bf16, fp16"):
         validate(small_cfg)
+
+
+def test_bf16_storage_without_master_weights_warns_with_the_weights_it_freezes():
+    from reasoning_rl.policy.precision import storage_rounding_warning
+
+    # bfloat16: relative step 2^-8, so at lr 1e-6 weights above 256e-6 = 2.6e-4 never move.
+    text = storage_rounding_warning("bfloat16", "fp32", 1e-6)
+    assert "an update below 0.0039 of a weight rounds away" in text and "larger than 0.00026" in text
+    assert "model.dtype=float32 trainer.precision=bf16" in text
+    assert "larger than 0.0041" in storage_rounding_warning("float16", "fp32", 2e-6)  # 2^-11: 2e-6 * 2048
+    assert storage_rounding_warning("float32", "fp32", 1e-6) is None
+    assert storage_rounding_warning("bfloat16", "bf16", 1e-6) is None  # refused by validate anyway: not float32
+    # The rounding itself, as the warning says: a bf16 weight of 0.01 does not move by 1e-6; by 1e-4 it does.
+    w = torch.tensor(0.01, dtype=torch.bfloat16)
+    assert (w + 1e-6) == w and (w + 1e-4) != w
