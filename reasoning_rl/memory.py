@@ -30,6 +30,41 @@ _MALLOPT = {"trim_threshold": -1, "top_pad": -2, "mmap_threshold": -3}
 """``mallopt`` parameter numbers (glibc's ``malloc.h``: M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD)."""
 
 
+RETURN_LARGE_BLOCKS = {"mmap_threshold": 2**20, "trim_threshold": 2**30, "top_pad": 64 * 2**20}
+"""glibc malloc settings that hand blocks of 1 MiB or more back to the kernel when freed (each is its own
+``mmap``, and a fixed threshold stops glibc raising it after the first large free) while the heap of
+smaller blocks is kept as :data:`KEPT_MEMORY` keeps it. At SmolLM2-135M's size the activations are
+blocks of several MiB; kept, their freed holes stay resident (docs/models.md: 4.40 GB resident against
+~2 GB of live tensors with the chunked LM head and checkpointing)."""
+
+KEEP_ALL_MAX_PARAMETERS = 50_000_000
+"""``trainer.keep_freed_memory: auto`` keeps every freed block (:data:`KEPT_MEMORY`) for a policy below
+this many parameters on the CPU (the tiny models, whose speed it is for), and returns large blocks
+(:data:`RETURN_LARGE_BLOCKS`) from this size up, where resident memory is what runs out first."""
+
+
+def allocator_choice(setting: bool | None, parameters: int, on_cpu: bool) -> tuple[str, dict[str, int]]:
+    """What ``trainer.keep_freed_memory`` = ``setting`` (True, False or None = auto) means for a policy of
+    ``parameters`` parameters: a name and its malloc settings. auto: ``kept`` on a CPU below
+    :data:`KEEP_ALL_MAX_PARAMETERS` or on a GPU (the tensors that matter are not malloc's), else
+    ``large blocks returned``."""
+    keep = setting if setting is not None else (not on_cpu or parameters < KEEP_ALL_MAX_PARAMETERS)
+    return ("kept", KEPT_MEMORY) if keep else ("large blocks returned", RETURN_LARGE_BLOCKS)
+
+
+def set_allocator(settings: dict[str, int]) -> bool:
+    """Apply glibc ``mallopt`` ``settings`` (:data:`KEPT_MEMORY` or :data:`RETURN_LARGE_BLOCKS`) to this
+    process; False where it does not apply (not Linux, no ``mallopt``, or a setting refused: musl)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this process already runs on
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return all(mallopt(_MALLOPT[name], value) == 1 for name, value in settings.items())
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc's ``malloc`` to keep freed memory for reuse instead of handing it back to the
     kernel (:data:`KEPT_MEMORY`): blocks up to ``mmap_threshold`` bytes come from the heap rather
@@ -48,20 +83,13 @@ def keep_freed_memory() -> bool:
     on the benchmark workload (~7 ms of a ~160 ms step), 0 with this (docs/performance.md). Same numbers computed, no
     change to any result; the process keeps what it freed (its peak resident memory stays that
     of its largest step). :func:`glibc_tunables` gives the same settings to another process."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt  # the C library this process already runs on
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return all(mallopt(_MALLOPT[name], value) == 1 for name, value in KEPT_MEMORY.items())
+    return set_allocator(KEPT_MEMORY)
 
 
-def glibc_tunables() -> str:
-    """:data:`KEPT_MEMORY` as a ``GLIBC_TUNABLES`` value, for a process started with it in its
-    environment (glibc reads it at start-up): the same allocator settings without code in it."""
-    return ":".join(f"glibc.malloc.{name}={value}" for name, value in KEPT_MEMORY.items())
+def glibc_tunables(settings: dict[str, int] = KEPT_MEMORY) -> str:
+    """``settings`` (default :data:`KEPT_MEMORY`) as a ``GLIBC_TUNABLES`` value, for a process started with
+    it in its environment (glibc reads it at start-up): the same allocator settings without code in it."""
+    return ":".join(f"glibc.malloc.{name}={value}" for name, value in settings.items())
 
 
 def _unique(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:

@@ -61,13 +61,17 @@ ALLOCATORS: dict[str, str | None] = {
     "glibc": None,
     "kept": "kept",
     "returned": "glibc.malloc.mmap_threshold=1048576",
+    "large-returned": "glibc.malloc.mmap_threshold=1048576:glibc.malloc.trim_threshold=1073741824:"
+                      "glibc.malloc.top_pad=67108864",
 }
 """glibc malloc settings of the measured process (``GLIBC_TUNABLES``): ``glibc`` its defaults (the
 mmap threshold adapts upwards to 32 MiB, so a step's blocks of a few MiB come from the heap, where
 freed holes between live blocks stay resident); ``kept`` the trainer's ``trainer.keep_freed_memory``
 (reasoning_rl.memory.glibc_tunables: every block under 32 MiB from the heap, trimmed at 1 GiB);
 ``returned`` a fixed 1 MiB mmap threshold: every block of 1 MiB or more is its own mapping and goes
-back to the kernel when freed, so the peak RSS is close to the peak of live tensors."""
+back to the kernel when freed, so the peak RSS is close to the peak of live tensors;
+``large-returned`` the trainer's ``trainer.keep_freed_memory=false``: blocks of 1 MiB or more returned,
+the heap of smaller ones kept as ``kept`` keeps it (reasoning_rl.memory.RETURN_LARGE_BLOCKS)."""
 
 GB = 1024 ** 3
 

@@ -46,10 +46,11 @@ def compose_train_config(overrides: list[str]) -> Any:
     return cfg
 
 
-ALLOCATORS = {"kept": None, "returned": "glibc.malloc.mmap_threshold=1048576"}
-"""``--measure`` runs: ``kept`` is the trainer's default (``trainer.keep_freed_memory``: glibc keeps
-freed blocks under 32 MiB resident); ``returned`` turns that off and has every block of 1 MiB or
-more mapped on its own and given back when freed, so the RSS follows the live tensors."""
+ALLOCATORS = {"kept": "true", "returned": "false", "auto": "null"}
+"""``--measure`` runs -> ``trainer.keep_freed_memory`` (reasoning_rl.memory.allocator_choice): ``kept`` glibc
+keeps freed blocks under 32 MiB resident; ``returned`` every block of 1 MiB or more is mapped on its own
+and given back when freed, so the RSS follows the live tensors; ``auto`` the trainer's default (kept
+under 50M parameters on a CPU, returned from there up)."""
 
 
 RANDOM_100M = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,
@@ -108,11 +109,8 @@ def measure_worker(overrides: list[str], run_dir: str) -> dict[str, Any]:
 
 def measure(overrides: list[str], allocator: str) -> dict[str, Any]:
     """:func:`measure_worker` in a fresh interpreter under ``allocator`` (:data:`ALLOCATORS`)."""
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-    extra = []
-    if ALLOCATORS[allocator] is not None:
-        env["GLIBC_TUNABLES"] = ALLOCATORS[allocator]
-        extra = ["trainer.keep_freed_memory=false"]
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}  # the trainer's own mallopt settings
+    extra = [f"trainer.keep_freed_memory={ALLOCATORS[allocator]}"]
     with tempfile.TemporaryDirectory(prefix="plan_measure_") as tmp:
         cmd = [sys.executable, "-m", "benchmarks.perf.plan", "--measure-worker", json.dumps([*overrides, *extra]),
                str(Path(tmp) / "run")]

@@ -73,3 +73,47 @@ def test_kept_memory_comes_from_the_heap_and_stays_there_after_free():
         raise
     assert default[0] == 1  # mapped apart
     assert _probe("keep") == (0, 0)  # from the heap; the heap did not shrink
+
+
+_REPEAT_PROBE = """
+import ctypes, sys
+if sys.argv[1] == "return":
+    from reasoning_rl.memory import RETURN_LARGE_BLOCKS, set_allocator
+    assert set_allocator(RETURN_LARGE_BLOCKS) is True
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                     "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+libc.free(libc.malloc(4 << 20))  # a 4 MiB block freed: glibc's defaults then raise the mmap threshold past it
+before = libc.mallinfo2()
+block = libc.malloc(4 << 20)
+print(libc.mallinfo2().hblks - before.hblks)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_large_blocks_returned_stay_mapped_apart_after_the_first_free():
+    # glibc's default threshold adapts: after a 4 MiB block is freed, the next one comes from the heap
+    # (where its hole stays resident). With large blocks returned it is mapped apart again.
+    def run(mode):
+        out = subprocess.run([sys.executable, "-c", _REPEAT_PROBE, mode], capture_output=True, text=True)
+        if out.returncode and "mallinfo2" in out.stderr:
+            pytest.skip("this C library has no mallinfo2 (glibc < 2.33)")
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+    assert run("default") == 0
+    assert run("return") == 1
+
+
+def test_allocator_choice_auto_keeps_for_small_cpu_models_and_returns_for_large():
+    from reasoning_rl.memory import KEPT_MEMORY, RETURN_LARGE_BLOCKS, allocator_choice
+
+    assert allocator_choice(None, 1_000_000, on_cpu=True) == ("kept", KEPT_MEMORY)  # the tiny model
+    assert allocator_choice(None, 134_515_008, on_cpu=True) == ("large blocks returned", RETURN_LARGE_BLOCKS)
+    assert allocator_choice(None, 134_515_008, on_cpu=False)[0] == "kept"  # on a GPU malloc holds little
+    assert allocator_choice(True, 134_515_008, on_cpu=True)[0] == "kept"
+    assert allocator_choice(False, 1_000_000, on_cpu=True)[0] == "large blocks returned"
+    assert RETURN_LARGE_BLOCKS["mmap_threshold"] == 2**20 < KEPT_MEMORY["mmap_threshold"]
