@@ -231,6 +231,8 @@ def _fallback(text: str, config: PredExtraction) -> str | None:
 
 
 _UNIT_WORDS = frozenset({"percent", "percentage", "pct", "and", "or"})
+# SymPy's plain-text names are not prose: `pi/2`, `-1 + exp(16)` are bare answers (Math-Verify#69).
+_MATH_NAMES = frozenset({"pi", "exp", "sin", "cos", "tan", "log", "ln", "sqrt"})
 
 
 def _is_bare_answer(text: str) -> bool:
@@ -241,7 +243,8 @@ def _is_bare_answer(text: str) -> bool:
     outside = _MATH_RE.sub(" ", text)
     outside = re.sub(r"\\[a-zA-Z]+(?:\{[^{}]*\})*", " ", outside)
     outside = re.sub(r"(?<=[\d)])(?:and|or)(?=[A-Z(\\])", " ", outside)  # `x=1orx=2`, spaces lost
-    words = [w for w in _WORD_RE.findall(outside) if len(w) > 1 and w.lower() not in _UNIT_WORDS]
+    words = [w for w in _WORD_RE.findall(outside)
+             if len(w) > 1 and w.lower() not in _UNIT_WORDS and w not in _MATH_NAMES]
     return not words
 
 

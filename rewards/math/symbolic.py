@@ -75,6 +75,11 @@ def compare_with_sympy(gold: Node, pred: Node, float_rel_tol: float, numeric_poi
     return compare(gold, pred, SympyComparer(float_rel_tol, numeric_points)) is True
 
 
+# Plain-text names read as the constant / function, not as products of letters (p*i, E*x*p):
+# Math-Verify#69 (verl's scorer, predictions such as `-1 + exp(16)`, `pi/2`, `-2*pi`).
+_PLAIN_NAMES = re.compile(r"(?<![A-Za-z])(?:pi(?![A-Za-z])|(?:exp|sin|cos|tan|log|ln|sqrt)(?=\())")
+
+
 @functools.lru_cache(maxsize=4096)
 def to_sympy(latex: str) -> Any:
     """Parse a LaTeX (or plain ``x**2``-style) expression; ``None`` when it cannot be parsed."""
@@ -83,6 +88,8 @@ def to_sympy(latex: str) -> Any:
         return None
     text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)  # 1,000 inside an expression
     text = text.replace("%", "/100")
+    if "\\" not in text:  # SymPy's plain-text spelling (pi/2, exp(16)) means the constant and functions
+        text = _PLAIN_NAMES.sub(lambda m: "\\" + m.group(0), text)
     from latex2sympy2_extended import latex2sympy
     from latex2sympy2_extended.latex2sympy2 import ConversionConfig
 

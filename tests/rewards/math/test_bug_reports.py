@@ -5,7 +5,7 @@ right verdict, whatever Math-Verify answered. Our checker gets every row right (
 table was written); a row it gets wrong in future would carry an xfail mark with its reason.
 Math-Verify#76 was not in the issue corpus searched (the stored copy of GitHub issues, searched by
 meaning and by the exact string "Math-Verify/issues/76" on 2026-12-05), so it is not here; #60 is.
-Rows our checker gets wrong are in ``KNOWN_MISSES``, each xfail (strict) with its reason.
+A row our checker gets wrong in future would carry an xfail mark with its reason.
 """
 
 from __future__ import annotations
@@ -65,15 +65,12 @@ CASES = [
     (r"$\frac{2^{2005}+1}{3 \cdot 2^{2006}}$", r"$\frac{1}{3 \cdot 2^{2006}}$", False, MV + "14"),
     (r"$1, 2, \ldots, n$", r"$1, 3, 5, \ldots, 2n-1$", False, MV + "14"),
     (r"$F_n = \sum_{k=0}^{n-1} F_k F_{n-k-1}$", r"$F_n = \sum_{k=0}^{n-2} F_k F_{n-k-2}$", False, MV + "14"),
-]
-
-# Rows our checker gets wrong today (measured 2026-12-05), with the reason.
-KNOWN_MISSES = [
-    # Math-Verify#69: SymPy's plain-text spelling of pi and exp() in the prediction is not read as
-    # the constant / function (our plain-text reading takes letters as variables).
+    # Math-Verify#69: predictions in SymPy's plain-text spelling (pi, exp()); until 2026-12-05 we
+    # read `pi` and `exp` as variables (p*i) and the bare text as prose, and said no.
     ("e^{16} - 1", "-1 + exp(16)", True, MV + "69"),
     (r"\dfrac{\pi}{2}", "pi/2", True, MV + "69"),
     (r"-2\pi", "-2*pi", True, MV + "69"),
+    (r"\dfrac{\pi}{2}", "pi/3", False, MV + "69 (a different multiple of pi)"),
 ]
 
 
@@ -83,8 +80,3 @@ KNOWN_MISSES = [
 def test_bug_report_cases(gold: str, pred: str, expected: bool, source: str) -> None:
     assert is_equivalent(pred, gold) is expected, source
 
-
-@pytest.mark.xfail(strict=True, reason="plain-text pi / exp() in a prediction are read as variables (Math-Verify#69)")
-@pytest.mark.parametrize(("gold", "pred", "expected", "source"), KNOWN_MISSES, ids=[c[1] for c in KNOWN_MISSES])
-def test_known_misses(gold: str, pred: str, expected: bool, source: str) -> None:
-    assert is_equivalent(pred, gold) is expected, source
