@@ -144,6 +144,9 @@ class WarmStartConfig:
     """Training problems in the accuracy probe."""
     target_suffix: str = ""
     """Text appended to the reference to form the supervised target (before EOS)."""
+    target: str = "reference"
+    """What the supervised phase trains on: ``reference`` (the answer) or ``solution`` (the definition's
+    ``reference_completion``, e.g. a whole tool episode for ``task=multiply_tool``)."""
 
 
 @dataclass

@@ -34,3 +34,15 @@ def test_both_definitions_hold_the_same_held_out_problems():
     a, b = ex.id.removeprefix("multiply/").split("*")
     assert ex.solution == f"```python\nprint({a} * {b})\n```\n```output\n{ex.reference}\n```\nThe answer is {ex.reference}."
     assert plain.examples("train")[0].solution == plain.examples("train")[0].reference
+
+
+def test_the_warm_start_teaches_the_tool_episode():
+    from reasoning_rl.config import WarmStartConfig
+    from reasoning_rl.warmstart import warm_start_targets
+
+    examples = Task(TaskConfig(name="multiply_tool")).examples("train")[:3]
+    tool = warm_start_targets(examples, WarmStartConfig(target="solution"))
+    assert [t.solution for t in tool] == [e.solution for e in examples] and "```output" in tool[0].solution
+    assert [t.solution for t in warm_start_targets(examples, WarmStartConfig())] == [e.reference for e in examples]
+    with pytest.raises(ValueError, match="'reference' or 'solution'"):
+        warm_start_targets(examples, WarmStartConfig(target="answer"))
