@@ -32,6 +32,11 @@ from dataclasses import dataclass
 
 import torch
 
+from reasoning_rl.algo.loss_tokens import LossTokens, loss_tokens
+from reasoning_rl.algo.loss_tokens import (
+    known_behaviour as known_behaviour,  # where docs/offpolicy.md names it
+)
+
 ICEPOP_BOUNDS = (0.5, 5.0)
 """IcePop's two-sided mask [alpha, beta] (Ring-1T, arXiv 2510.18855, sec. 3)."""
 
@@ -82,18 +87,11 @@ class CorrectionOptions:
     kl_max: float = 0.05
 
 
-@dataclass(frozen=True)
-class CorrectionInputs:
-    """What a correction reads, per token.  # [B, L] each (advantages [B, 1] or [B, L])"""
-
-    logp: torch.Tensor
-    """log pi_theta, the policy being updated (read detached)."""
-    train_logp: torch.Tensor
-    """log pi_old: the trainer's log-prob of the batch before its updates (the proximal policy)."""
-    behaviour_logp: torch.Tensor
-    """log mu: the sampler's log-prob of the token it drew (Completion.logprobs)."""
-    advantages: torch.Tensor
-    mask: torch.Tensor
+def CorrectionInputs(logp: torch.Tensor, train_logp: torch.Tensor, behaviour_logp: torch.Tensor,
+                     advantages: torch.Tensor, mask: torch.Tensor) -> LossTokens:
+    """What a correction reads, in the corrections' own argument order (log pi_theta, log pi_old, log mu,
+    A, mask): the shared bundle :func:`reasoning_rl.algo.loss_tokens.loss_tokens` builds.  # [B, L] each"""
+    return loss_tokens(logp, train_logp, advantages, mask, behaviour_logp)
 
 
 @dataclass(frozen=True)
@@ -108,13 +106,13 @@ class Correction:
     """bool: the correction capped this token's weight (tis's rho > C)."""
 
 
-def log_rho(x: CorrectionInputs) -> torch.Tensor:
+def log_rho(x: LossTokens) -> torch.Tensor:
     """log rho_t = log pi_old(y_t) - log mu(y_t), 0 on padding.  # [B, L]"""
-    lr = (x.train_logp - x.behaviour_logp).detach()
+    lr = (x.old_logp - x.behaviour_logp).detach()
     return torch.where(x.mask.bool(), lr, torch.zeros((), dtype=lr.dtype))
 
 
-def _result(x: CorrectionInputs, weight: torch.Tensor, masked: torch.Tensor | None = None,
+def _result(x: LossTokens, weight: torch.Tensor, masked: torch.Tensor | None = None,
             truncated: torch.Tensor | None = None) -> Correction:
     real = x.mask.bool()
     none = torch.zeros_like(real)
@@ -128,12 +126,12 @@ def _inside(value: torch.Tensor, low: float, high: float) -> torch.Tensor:
     return (value >= low) & (value <= high)
 
 
-def no_correction(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+def no_correction(x: LossTokens, o: CorrectionOptions) -> Correction:
     """w_t = 1: the samples are treated as the trainer's own (today's behaviour)."""
     return _result(x, torch.ones_like(x.logp))
 
 
-def truncated_is(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+def truncated_is(x: LossTokens, o: CorrectionOptions) -> Correction:
     """TIS, truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings
     you off-policy RL training", fengyao.notion.site; Ionides 2008):
 
@@ -144,12 +142,12 @@ def truncated_is(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
     return _result(x, torch.clamp(rho, max=o.c), truncated=rho > o.c)
 
 
-def _masked_is(x: CorrectionInputs, bounds: tuple[float, float]) -> Correction:
+def _masked_is(x: LossTokens, bounds: tuple[float, float]) -> Correction:
     rho = torch.exp(log_rho(x))  # [B, L]
     return _result(x, rho, masked=~_inside(rho, *bounds))
 
 
-def masked_is_token(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+def masked_is_token(x: LossTokens, o: CorrectionOptions) -> Correction:
     """Token-level masked importance sampling (Liu et al. 2025, "When Speed Kills Stability: Demystifying
     RL Collapse from the Training-Inference Mismatch"; verl's rollout correction):
 
@@ -159,7 +157,7 @@ def masked_is_token(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
     return _masked_is(x, (o.low, o.high))
 
 
-def masked_is_sequence(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+def masked_is_sequence(x: LossTokens, o: CorrectionOptions) -> Correction:
     """Sequence-level masked importance sampling (Liu et al. 2025, as :func:`masked_is_token`), with the
     sequence's ratio rho_i = prod_t rho_it (the exact importance weight of the whole completion):
 
@@ -169,7 +167,7 @@ def masked_is_sequence(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
     return _result(x, seq_rho, masked=~_inside(seq_rho, o.low, o.high))
 
 
-def masked_is_geometric(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+def masked_is_geometric(x: LossTokens, o: CorrectionOptions) -> Correction:
     """Masked importance sampling with the mask decided by the geometric mean of the sequence's ratios
     (verl's geometric rejection; length-normalised, so long completions are not masked for their length):
 
@@ -179,7 +177,7 @@ def masked_is_geometric(x: CorrectionInputs, o: CorrectionOptions) -> Correction
     return _result(x, torch.exp(lr), masked=~_inside(geo, o.low, o.high))
 
 
-def icepop(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+def icepop(x: LossTokens, o: CorrectionOptions) -> Correction:
     """IcePop (Ring-1T, arXiv 2510.18855): the two-sided mask M(k) = k if alpha <= k <= beta else 0 on
     the training/inference ratio k = rho_t, at the paper's alpha = 0.5, beta = 5 (:data:`ICEPOP_BOUNDS`):
 
@@ -189,7 +187,7 @@ def icepop(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
     return _masked_is(x, ICEPOP_BOUNDS)
 
 
-def dppo_tv(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+def dppo_tv(x: LossTokens, o: CorrectionOptions) -> Correction:
     """DPPO's total-variation trust region (arXiv 2602.04879): a token is blocked when the policy has left
     the region |pi_theta(y_t) - mu(y_t)| <= delta AND its update would push it further out; a token that
     left the region but whose gradient brings it back keeps it (as PPO's clip, in probability space):
@@ -205,7 +203,7 @@ def dppo_tv(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
     return _result(x, torch.ones_like(p), masked=leaves)
 
 
-def trust_region_mask(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
+def trust_region_mask(x: LossTokens, o: CorrectionOptions) -> Correction:
     """Trust Region Masking (Li et al., arXiv 2512.23075): drop a whole sequence when its largest token-level
     divergence between the sampler and the trainer exceeds delta. The per-token KL(mu || pi_train) is
     estimated on the sampled token by k3 (Schulman 2020; samples come from mu):
@@ -217,7 +215,7 @@ def trust_region_mask(x: CorrectionInputs, o: CorrectionOptions) -> Correction:
     return _result(x, torch.ones_like(lr), masked=worst > o.kl_max)
 
 
-CORRECTIONS: dict[str, Callable[[CorrectionInputs, CorrectionOptions], Correction]] = {
+CORRECTIONS: dict[str, Callable[[LossTokens, CorrectionOptions], Correction]] = {
     "none": no_correction,
     "tis": truncated_is,
     "mis_token": masked_is_token,
@@ -227,20 +225,16 @@ CORRECTIONS: dict[str, Callable[[CorrectionInputs, CorrectionOptions], Correctio
     "dppo_tv": dppo_tv,
     "trust_region_mask": trust_region_mask,
 }
-"""``algo.correction`` -> ``(CorrectionInputs, CorrectionOptions) -> Correction``."""
+"""``algo.correction`` -> ``(LossTokens, CorrectionOptions) -> Correction``."""
 
 
-def apply_correction(name: str, x: CorrectionInputs, options: CorrectionOptions | None = None) -> Correction:
+def apply_correction(name: str, x: LossTokens, options: CorrectionOptions | None = None) -> Correction:
     """The correction called ``name`` (:data:`CORRECTIONS`)."""
     if name not in CORRECTIONS:
         raise ValueError(f"unknown off-policy correction {name!r}; expected one of {', '.join(CORRECTIONS)}")
+    if x.behaviour_logp is None:
+        raise ValueError(f"correction {name!r} needs the sampler's log-probs: build the tokens with behaviour_logp")
     return CORRECTIONS[name](x, options or CorrectionOptions())
-
-
-def known_behaviour(behaviour_logp: torch.Tensor, train_logp: torch.Tensor) -> torch.Tensor:
-    """``behaviour_logp`` with NaN (a completion whose sampler reported no log-probs) replaced by the
-    trainer's own: rho = 1 there, so no correction touches it.  # [B, L]"""
-    return torch.where(torch.isnan(behaviour_logp), train_logp.detach(), behaviour_logp)
 
 
 def correct_tokens(name: str, logp: torch.Tensor, train_logp: torch.Tensor, behaviour_logp: torch.Tensor,
@@ -248,7 +242,4 @@ def correct_tokens(name: str, logp: torch.Tensor, train_logp: torch.Tensor, beha
     """The correction ``name`` of one micro-batch, any loss: multiply each token's policy term by
     ``.weight``. ``behaviour_logp`` may hold NaN (unknown: :func:`known_behaviour`); padding is ignored.
     ``advantages`` is ``[B]``, ``[B, 1]`` or ``[B, L]``.  # [B, L] each"""
-    real = mask.bool()
-    behaviour = torch.where(real, known_behaviour(behaviour_logp, train_logp), train_logp.detach())
-    adv = advantages.unsqueeze(-1) if advantages.dim() == logp.dim() - 1 else advantages
-    return apply_correction(name, CorrectionInputs(logp, train_logp, behaviour, adv, mask), options)
+    return apply_correction(name, loss_tokens(logp, train_logp, advantages, mask, behaviour_logp), options)

@@ -14,7 +14,7 @@ log-probability and its advantage, and act on the few tokens where that covarian
 Wang et al. 2025 ("Beyond the 80/20 Rule", arXiv 2506.01939) keep the policy gradient on the
 top 20% highest-entropy tokens ("forking tokens") only.
 
-Each is a function ``(per_token_loss, TokenContext, EntropyControl) -> per_token_loss`` in
+Each is a function ``(per_token_loss, LossTokens, EntropyControl) -> per_token_loss`` in
 :data:`ENTROPY_CONTROLS`, applied to the policy term before the KL is added. The statistics are
 taken over ONE micro-batch's tokens (the paper's implementation does the same on its micro-batch),
 so the selection depends on ``algo.micro_batch_size``; at least one token is selected whenever the
@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from reasoning_rl.algo.loss_tokens import LossTokens, loss_tokens
 
 
 @dataclass(frozen=True)
@@ -48,15 +50,11 @@ class EntropyControl:
     """80/20 rule: share of tokens (highest entropy first) that keep the policy gradient."""
 
 
-@dataclass(frozen=True)
-class TokenContext:
-    """Per-token tensors the selection reads.  # [B, L] each (advantages [B, 1] or [B, L])"""
-
-    logp: torch.Tensor
-    old_logp: torch.Tensor
-    advantages: torch.Tensor
-    mask: torch.Tensor
-    entropy: torch.Tensor | None = None
+def TokenContext(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                 mask: torch.Tensor, entropy: torch.Tensor | None = None) -> LossTokens:
+    """Per-token tensors the selection reads, in its own argument order: the shared bundle
+    :func:`reasoning_rl.algo.loss_tokens.loss_tokens` builds.  # [B, L] each"""
+    return loss_tokens(logp, old_logp, advantages, mask, entropy=entropy)
 
 
 def token_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -87,12 +85,12 @@ def _top(scores: torch.Tensor, eligible: torch.Tensor, count: int) -> torch.Tens
     return chosen.view_as(scores)
 
 
-def no_control(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyControl) -> torch.Tensor:
+def no_control(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControl) -> torch.Tensor:
     """Every token keeps its policy gradient (GRPO)."""
     return per_token
 
 
-def clip_cov(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyControl) -> torch.Tensor:
+def clip_cov(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControl) -> torch.Tensor:
     """Clip-Cov: detach the policy gradient of ``fraction`` of the tokens, drawn uniformly from those
     with cov_low <= Cov_t <= cov_high (torch's global generator, seeded by the run)."""
     cov = token_covariance(ctx.logp, ctx.advantages, ctx.mask)
@@ -102,7 +100,7 @@ def clip_cov(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyControl) -> 
     return torch.where(chosen, per_token.detach(), per_token)
 
 
-def kl_cov(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyControl) -> torch.Tensor:
+def kl_cov(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControl) -> torch.Tensor:
     """KL-Cov: + kl_coef * |log pi - log pi_old| on the top ``fraction`` of tokens by Cov_t."""
     cov = token_covariance(ctx.logp, ctx.advantages, ctx.mask)
     chosen = _top(cov, ctx.mask.bool(), _count(ec.fraction, ctx.mask))
@@ -110,7 +108,7 @@ def kl_cov(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyControl) -> to
     return torch.where(chosen, per_token + penalty, per_token)
 
 
-def high_entropy_tokens(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyControl) -> torch.Tensor:
+def high_entropy_tokens(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControl) -> torch.Tensor:
     """The 80/20 rule: only the top ``entropy_top`` share of tokens by entropy keep the policy gradient."""
     if ctx.entropy is None:
         raise ValueError("entropy control high_entropy needs the per-token entropy (pass entropy= to grpo_loss)")
@@ -118,13 +116,13 @@ def high_entropy_tokens(per_token: torch.Tensor, ctx: TokenContext, ec: EntropyC
     return torch.where(keep, per_token, per_token.detach())
 
 
-ENTROPY_CONTROLS: dict[str, Callable[[torch.Tensor, TokenContext, EntropyControl], torch.Tensor]] = {
+ENTROPY_CONTROLS: dict[str, Callable[[torch.Tensor, LossTokens, EntropyControl], torch.Tensor]] = {
     "none": no_control,
     "clip_cov": clip_cov,
     "kl_cov": kl_cov,
     "high_entropy": high_entropy_tokens,
 }
-"""``algo.entropy_control`` -> ``(per-token policy loss, TokenContext, EntropyControl) -> per-token loss``."""
+"""``algo.entropy_control`` -> ``(per-token policy loss, LossTokens, EntropyControl) -> per-token loss``."""
 
 
 def position_deciles(mask: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,8 @@ from reasoning_rl.algo.aggregation import (
     masked_fill_padding,
     masked_sum,
 )
-from reasoning_rl.algo.corrections import Correction, CorrectionOptions, correct_tokens
+from reasoning_rl.algo.corrections import Correction, CorrectionOptions, apply_correction
+from reasoning_rl.algo.loss_tokens import loss_tokens, token_advantages
 
 if TYPE_CHECKING:
     from reasoning_rl.algo.entropy_control import EntropyControl
@@ -39,11 +40,6 @@ if TYPE_CHECKING:
 def policy_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
     """ratio = pi_theta / pi_old = exp(log pi_theta - log pi_old).  # [B, L]"""
     return torch.exp(logp - old_logp)
-
-
-def token_advantages(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``[B]`` advantages as ``[B, 1]`` (they broadcast over ``like``'s tokens); ``[B, L]`` ones unchanged."""
-    return advantages.unsqueeze(-1) if advantages.dim() == like.dim() - 1 else advantages
 
 
 def clipped_surrogate(
@@ -351,14 +347,17 @@ def grpo_loss(
     terms = POLICY_LOSSES[policy_loss](logp, old_logp, advantages, mask, options)
     per_token = -terms.objective  # we minimise  # [B, L]
     corr = None
-    if behaviour_logp is not None:
-        corr = correct_tokens(correction, logp, old_logp, behaviour_logp, advantages, mask, correction_options)
+    controls = entropy_control is not None and entropy_control.name != "none"
+    # One bundle of the per-token tensors for both per-token rules (reasoning_rl.algo.loss_tokens).
+    tokens = (loss_tokens(logp, old_logp, advantages, mask, behaviour_logp, entropy)
+              if behaviour_logp is not None or controls else None)
+    if tokens is not None and behaviour_logp is not None:
+        corr = apply_correction(correction, tokens, correction_options)
         per_token = per_token * corr.weight  # decoupled: w(pi_old / mu) times the objective on pi_theta / pi_old
-    if entropy_control is not None and entropy_control.name != "none":
-        from reasoning_rl.algo.entropy_control import ENTROPY_CONTROLS, TokenContext
+    if tokens is not None and controls:
+        from reasoning_rl.algo.entropy_control import ENTROPY_CONTROLS
 
-        ctx = TokenContext(logp, old_logp, token_advantages(advantages, logp), mask, entropy)
-        per_token = ENTROPY_CONTROLS[entropy_control.name](per_token, ctx, entropy_control)
+        per_token = ENTROPY_CONTROLS[entropy_control.name](per_token, tokens, entropy_control)
     if kl is not None and kl_placement == "loss":
         per_token = per_token + beta * kl
     loss = aggregate(aggregation, per_token, mask, normalizer)
