@@ -11,7 +11,7 @@ from reasoning_rl.metrics_log import read_metrics
 from reasoning_rl.policy.engines import HFEngine
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.rollout import SamplingConfig
-from reasoning_rl.trainer import Trainer
+from tests.reasoning_rl.conftest import _train
 
 PROMPTS = ["What is 3 + 4? Answer: ", "What is 13 + 14? Answer: ", "Compute 1+2: ", "What is 7 * 8? Answer: "]
 
@@ -67,22 +67,15 @@ def test_probe_round_trips_through_its_file(tmp_path):
     assert math.isnan(forward_kl(None, BaseProbe([], [], []), 0, SamplingConfig()))  # no token: NaN, no forward
 
 
-def _train(cfg, run_dir):
-    trainer = Trainer(cfg, run_dir)
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
-    return read_metrics(run_dir / "metrics.jsonl")
-
-
 def test_training_logs_kl_to_base_every_n_steps_without_changing_the_run(small_cfg, tmp_path):
     small_cfg.evaluation.enabled = False
-    plain = _train(small_cfg, tmp_path / "plain")
+    _train(small_cfg, tmp_path / "plain")
+    plain = read_metrics(tmp_path / "plain" / "metrics.jsonl")
     small_cfg.evaluation.kl_to_base_every = 2
     small_cfg.evaluation.kl_to_base_prompts = 2
     small_cfg.evaluation.kl_to_base_samples = 2
-    metrics = _train(small_cfg, tmp_path / "run")
+    _train(small_cfg, tmp_path / "run")
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [m["step"] for m in metrics if "kl/base_forward" in m] == [2, 4]
     assert all(math.isfinite(m["kl/base_forward"]) for m in metrics if "kl/base_forward" in m)
     probe = BaseProbe.load(tmp_path / "run" / "kl_base_probe.json")
@@ -102,6 +95,7 @@ def test_resumed_run_measures_against_the_saved_probe(small_cfg, tmp_path):
     saved = (tmp_path / "run" / "kl_base_probe.json").read_text()
     small_cfg.trainer.resume = True
     small_cfg.trainer.steps = 6
-    metrics = _train(small_cfg, tmp_path / "run")
+    _train(small_cfg, tmp_path / "run")
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [m["step"] for m in metrics if "kl/base_forward" in m] == [2, 4, 6]
     assert (tmp_path / "run" / "kl_base_probe.json").read_text() == saved  # pi_0 stays the first start's

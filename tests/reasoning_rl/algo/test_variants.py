@@ -9,6 +9,7 @@ import torch
 from reasoning_rl.algo import compute_advantages
 from reasoning_rl.algo.losses import KL_ESTIMATORS, grpo_loss, kl_k1, kl_k2, kl_k3, sequence_log_ratio
 from reasoning_rl.groups import informative_groups
+from tests.reasoning_rl.conftest import _train
 
 LOG_HALF = math.log(0.5)
 
@@ -60,17 +61,6 @@ def test_informative_groups():
     assert informative_groups(rewards).tolist() == [True, False, False, False]
 
 
-def _train(cfg, run_dir):
-    from reasoning_rl.trainer import Trainer
-
-    trainer = Trainer(cfg, run_dir)
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
-    return trainer
-
-
 def test_dynamic_sampling_keeps_informative_groups_and_counts_the_waste(small_cfg, tmp_path):
     from reasoning_rl.metrics_log import read_metrics
     from rewards.compose import RewardSpec
@@ -96,7 +86,7 @@ def test_iterative_grpo_resets_the_reference(small_cfg, tmp_path):
     small_cfg.algo.ref_reset_every = 2
     small_cfg.trainer.steps = 3
     small_cfg.evaluation.enabled = False
-    trainer = _train(small_cfg, tmp_path / "run")
+    trainer, _ = _train(small_cfg, tmp_path / "run")
     # The reset before step 3 copied the policy after 2 steps, which checkpoint-2 holds.
     ckpt = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-2")
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "reference")
