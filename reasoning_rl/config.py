@@ -34,6 +34,7 @@ from reasoning_rl.policy.loading import TINY, ModelConfig
 from reasoning_rl.policy.lora import lora_problems
 from reasoning_rl.policy.precision import precision_problems
 from reasoning_rl.policy.runtime import SETTINGS as RUNTIME_SETTINGS
+from reasoning_rl.retention import RetentionConfig
 from reasoning_rl.tasks import TaskConfig
 
 
@@ -171,6 +172,8 @@ class EvalConfig:
     when the task has none)."""
     kl_to_base_samples: int = 4
     """Completions sampled from pi_0 per probe prompt."""
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    """Held-out accuracy on a second task before and after training (reasoning_rl.retention); off by default."""
 
 
 @dataclass
@@ -228,6 +231,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.trainer.fsdp:
         problems += fsdp_problems(cfg)
     problems += cfg.rollout.inject.problems(cfg.rollout.backend, cfg.trainer.fsdp)
+    problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
     problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
     if problems:
         raise ConfigError(problems_message(problems))

@@ -125,6 +125,9 @@ TRAIN_RANGES: dict[str, Range] = {
     "evaluation.kl_to_base_every": AT_LEAST_0,
     "evaluation.kl_to_base_prompts": AT_LEAST_1,
     "evaluation.kl_to_base_samples": AT_LEAST_1,
+    "evaluation.retention.num_examples": AT_LEAST_1,
+    "evaluation.retention.samples_per_problem": AT_LEAST_1,
+    "evaluation.retention.max_new_tokens": AT_LEAST_1,
     # algo: every registered algorithm's settings (their own problems() add enum and cross-field checks)
     "algo.prompts_per_step": AT_LEAST_1,
     "algo.micro_batch_size": AT_LEAST_1,
