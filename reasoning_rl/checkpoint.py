@@ -9,6 +9,12 @@ Layout of a run folder::
                                (reasoning_rl.policy.lora; ``reasoning-rl-export`` merges it)
     <run>/reference/           the frozen reference policy (only when beta > 0)
 
+``trainer_state.pt`` holds the algorithm's state (optimiser, schedule), the prompt sampler's position,
+the RNG states and, when rollouts sample from older weights (``rollout.inject.stale=k`` or
+``rollout.max_staleness=k``), ``weight_history``: the k versions before the checkpoint's, as
+``[(version, state_dict), ...]`` oldest first (k more copies of the weights), so the k steps after a
+resume sample exactly as without the break (reasoning_rl.trainer, docs/offpolicy.md).
+
 A checkpoint is written to ``<run>/.checkpoint-<step>.tmp`` and renamed into place
 only once complete, so a run killed mid-write never leaves a half checkpoint
 that ``resume`` would pick up.

@@ -80,6 +80,10 @@ class RolloutConfig:
     vllm_check_logprobs: bool = True
     """backend=vllm: compare the engine's log-probs of the sampled tokens with the trainer's every step
     (one extra no-grad forward): rollout/logprob_mismatch_mean and _max."""
+    max_staleness: int = 0
+    """Asynchronous rollouts: sample each step's batch in a generator process, with the weights of exactly
+    max(0, step - k) updates, overlapping the trainer's update (reasoning_rl.async_rollout, docs/offpolicy.md;
+    hf or native, grpo or ppo). 0 = the synchronous loop."""
     inject: InjectConfig = field(default_factory=InjectConfig)
     """A sampler/trainer mismatch made on purpose (stale weights, lower precision, weight noise, a hidden
     temperature) for comparing off-policy corrections (reasoning_rl.inject, docs/offpolicy.md)."""
@@ -205,6 +209,7 @@ def validate(cfg: TrainConfig) -> None:
     in one :class:`ConfigError`: each numeric setting's range (``config_checks.TRAIN_RANGES``),
     the algorithm's own checks (``problems()``) and the combinations that cannot run."""
     from reasoning_rl.algo.registry import get_algorithm
+    from reasoning_rl.async_checks import async_problems
     from reasoning_rl.tasks.definition import get_definition
 
     entry = get_algorithm(cfg.algo.name)
@@ -231,6 +236,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.trainer.fsdp:
         problems += fsdp_problems(cfg)
     problems += cfg.rollout.inject.problems(cfg.rollout.backend, cfg.trainer.fsdp)
+    problems += async_problems(cfg)
     problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
     problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
     if problems:

@@ -103,6 +103,7 @@ TRAIN_RANGES: dict[str, Range] = {
     "rollout.vllm_sleep_level": Range(1, 2),
     "rollout.vllm_sync_timeout": POSITIVE,
     "rollout.vllm_max_model_len": AT_LEAST_1,
+    "rollout.max_staleness": AT_LEAST_0,
     "rollout.inject.stale": AT_LEAST_0,
     "rollout.inject.noise": AT_LEAST_0,
     "rollout.inject.temperature_skew": POSITIVE,

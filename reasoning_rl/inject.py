@@ -19,9 +19,9 @@ actually drawn from: the inner engine's when it reports them, else one no-grad f
 
 Held-out evaluation and the KL probe keep sampling from the trainer's policy: only the training
 rollouts (``RunContext.engine``) go through the copy. The copy syncs from the policy whenever the
-run loop hands the engine new weights (``update_policy``). A resumed run starts its history at the
-resumed weights, so ``stale: k`` has no older weights for its first k steps after a resume.
-The hf and native backends only.
+run loop hands the engine new weights (``update_policy``). With ``stale: k`` every checkpoint holds the
+k older versions (``weight_history``, restored by ``load_history`` on resume), so a resumed run samples
+exactly what the uninterrupted one does. The hf and native backends only.
 """
 
 from __future__ import annotations
@@ -111,6 +111,17 @@ class InjectedEngine:
                 target.copy_(weights[name])  # casts to the copy's dtype
         self.policy_version = behaviour_version
         self.inner.update_policy(self.behaviour, behaviour_version)
+
+    def weight_history(self) -> list[tuple[int, dict[str, torch.Tensor]]]:
+        """The versions kept before the current one (the ``stale`` older ones, fewer at the start), oldest
+        first, for a checkpoint; empty when ``stale`` is 0."""
+        return list(self.history)[:-1]
+
+    def load_history(self, history: list[tuple[int, dict[str, torch.Tensor]]]) -> None:
+        """A resumed run's older versions (from :meth:`weight_history`), before the current one is handed in."""
+        self.history.clear()
+        for version, weights in history[-self.cfg.stale:] if self.cfg.stale else []:
+            self.history.append((version, {k: v.detach().clone() for k, v in weights.items()}))
 
     def pop_metrics(self) -> dict[str, float]:
         return self.inner.pop_metrics()

@@ -45,6 +45,14 @@ class PromptSampler:
             self.position += 1
         return out
 
+    def upcoming(self, k: int, steps: int) -> list[list[int]]:
+        """The global examples of the next ``steps`` calls of ``next_global(k)``, without advancing:
+        a pure function of (seed, epoch, position), so the prompts of a future step are known now
+        (asynchronous rollouts sample them ahead, reasoning_rl.async_rollout)."""
+        ahead = PromptSampler(self.num_examples, self.seed)
+        ahead.load_state_dict(self.state_dict())
+        return [ahead.next_global(k) for _ in range(steps)]
+
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position}
 

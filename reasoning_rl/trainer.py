@@ -8,6 +8,11 @@
     for each step: algorithm.step() -> log metrics (and kl/base_forward every N) and completions -> checkpoint
     evaluate      held-out accuracy after training; plot, summary.json
 
+Asynchronous rollouts (``rollout.max_staleness=k >= 1``, reasoning_rl.async_rollout): before each step the
+loop requests the rollouts of that step and the next k from a generator process (the prompt sampler's
+prompts of those steps, each step's seed, the weights of version max(0, s - k)), and hands it every new
+version after the update; the algorithm's ``generate`` call then returns what was sampled meanwhile.
+
 What differs between algorithms (extra models, optimiser, the step itself) lives in
 their modules (``reasoning_rl/algo/grpo.py``); everything here is the same for all.
 
@@ -35,7 +40,9 @@ import torch
 from reasoning_rl import checkpoint as ckpt
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import Algorithm, RunContext
+from reasoning_rl.algo.batch import step_seed
 from reasoning_rl.algo.registry import get_algorithm
+from reasoning_rl.async_rollout import AsyncEngine, Request, async_engine
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.heldout import evaluate_heldout
@@ -72,6 +79,9 @@ class Trainer:
         entry = get_algorithm(cfg.algo.name)
         self._owns_process_group = distributed.init_from_env()
         check_world_size(cfg, distributed.world_size())
+        if cfg.rollout.max_staleness and distributed.is_distributed():
+            raise ConfigError("rollout.max_staleness with several processes (torchrun) is not supported (one "
+                              "generator for one trainer process); set rollout.max_staleness=0 or run one process")
         self.cfg = cfg
         self.run_dir = Path(distributed.broadcast_object(str(run_dir)))  # rank 0's folder on every rank
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -110,6 +120,8 @@ class Trainer:
                                   rollout=cfg.rollout, workdir=self.run_dir / ".vllm", seed=cfg.trainer.seed)
         # Training rollouts come from a perturbed copy when rollout.inject makes a mismatch (reasoning_rl.inject).
         rollout_engine = inject_engine(self.engine, cfg.rollout, self.model, cfg.trainer.seed)
+        # rollout.max_staleness >= 1: they come from a generator process running ahead (reasoning_rl.async_rollout).
+        rollout_engine = async_engine(rollout_engine, cfg.rollout, self.model, self.tokenizer)
         self.train_examples = self.task.examples(self.task.train_split, self.tokenizer)
         eval_split = self.task.eval_split
         self.eval_examples = (
@@ -165,11 +177,53 @@ class Trainer:
             self.step = state["step"]
             ckpt.set_rng_state(state["rng"])
             log.info("resumed from %s at step %d", self.resume_from, self.step)
-            if self.cfg.rollout.inject.stale:
-                log.warning("rollout.inject.stale=%d: the weight history is not checkpointed, so the first %d steps "
-                            "after this resume sample from fewer updates back than a run without the break",
-                            self.cfg.rollout.inject.stale, self.cfg.rollout.inject.stale)
+            self._restore_history(state.get("weight_history"))
         self._sync_engine()  # the engine samples from the weights RL starts with (warm start, resume)
+        self._prefetch()  # asynchronous rollouts: the first steps' sampling overlaps the evaluation before RL
+
+    def _stale_versions(self) -> int:
+        """How many versions behind the training rollouts may be: rollout.max_staleness or rollout.inject.stale."""
+        return self.cfg.rollout.max_staleness or self.cfg.rollout.inject.stale
+
+    def _restore_history(self, history: list[tuple[int, dict[str, Any]]] | None) -> None:
+        """A resumed run's k older weight versions (rollout.inject.stale, rollout.max_staleness), saved with the
+        checkpoint, back into the engine that samples with them: the steps after the resume sample exactly
+        as without the break."""
+        k = self._stale_versions()
+        if not k:
+            return
+        if history is None:
+            log.warning("the checkpoint holds no weight history (written before it was saved), so the first %d "
+                        "steps after this resume sample from the resumed weights, fewer updates back than a run "
+                        "without the break", k)
+            return
+        self.context.engine.load_history(history)
+
+    def _prefetch(self) -> None:
+        """rollout.max_staleness: request the rollouts of this step and the next k (those not yet requested).
+        Step s samples with version max(0, s - k), the prompt sampler's prompts of that step, its seed."""
+        engine = self.context.engine
+        if not isinstance(engine, AsyncEngine):
+            return
+        a, last = self.cfg.algo, min(self.cfg.trainer.steps, self.step + engine.k + 1)
+        if engine.next_step < self.step:
+            engine.skip_to(self.step)  # a resumed run: earlier steps are done
+        if last <= engine.next_step:
+            return
+        ahead = self.sampler.upcoming(a.prompts_per_step, last - self.step)
+        engine.prefetch([Request(step=s, prompts=[self.train_examples[i].prompt for i in ahead[s - self.step]],
+                                 n=a.group_size, sampling=self.sampling, seed=step_seed(self.cfg.trainer.seed, s),
+                                 version=max(0, s - engine.k))
+                         for s in range(engine.next_step, last)])
+
+    def _sampling_version(self) -> int:
+        """The policy version that samples this step's training rollouts."""
+        engine = self.context.engine
+        if isinstance(engine, AsyncEngine):
+            return max(0, self.step - engine.k)
+        if engine is not self.engine:  # rollout.inject's behaviour copy
+            return engine.policy_version
+        return self.step
 
     def _shard(self) -> None:
         """FSDP2 (``trainer.fsdp=true``): shard the policy and the models the algorithm holds
@@ -228,13 +282,15 @@ class Trainer:
         progress = _progress(cfg.trainer.progress_bar and main, cfg.trainer.steps, self.step, self.algorithm.label)
         try:
             while self.step < cfg.trainer.steps:
-                version = self.step  # the policy that samples this step's rollouts
+                version = self._sampling_version()  # the policy that samples this step's rollouts
                 t0 = time.perf_counter()
+                self._prefetch()
                 out = self.algorithm.step(self.step)
                 self.step += 1
                 self._sync_engine()  # the new weights into the engine, in place
                 elapsed = time.perf_counter() - t0
-                metrics = {**out.metrics, **_engine_metrics(self.engine), **self._check_metrics,
+                rollout_metrics = _engine_metrics(self.context.engine) if self.context.engine is not self.engine else {}
+                metrics = {**out.metrics, **_engine_metrics(self.engine), **rollout_metrics, **self._check_metrics,
                            "rollout/policy_version": version, "time/step": elapsed}
                 metrics = distributed.reduce_metrics(metrics)  # over ranks (docs/metrics.md)
                 if "completion/tokens" in metrics:
@@ -337,6 +393,8 @@ class Trainer:
         the policy was prompted (``prompting.json``, read by ``reasoning-rl-eval``).
         Every rank calls it; rank 0 writes, the others wait until it is complete (reasoning_rl.checkpoint)."""
         state = {**self.algorithm.state_dict(), "sampler": self.sampler.state_dict()}
+        if self._stale_versions():  # the k older versions the next steps sample with (exact resume)
+            state["weight_history"] = self.context.engine.weight_history()
         return ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state,
                                     keep=self.cfg.trainer.keep_checkpoints, prompting=self.prompting())
 
@@ -347,6 +405,8 @@ class Trainer:
                 "stop": list(self.sampling.stop)}
 
     def close(self) -> None:
+        if isinstance(self.context.engine, AsyncEngine):
+            self.context.engine.close()
         self.algorithm.close()
         self.pool.close()
         if self._owns_process_group:

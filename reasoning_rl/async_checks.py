@@ -1,0 +1,36 @@
+"""What asynchronous rollouts (``rollout.max_staleness >= 1``, reasoning_rl.async_rollout) cannot run with,
+checked by ``reasoning_rl.config.validate`` (kept apart from the generator's code, which imports the engines)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ASYNC_ALGORITHMS = ("grpo", "ppo")
+"""Algorithms whose step samples once, ``prompts_per_step`` prompts x ``group_size`` with the policy, at
+``step_seed(seed, step)`` (reasoning_rl.algo.batch.sample_step): what the generator can run ahead of."""
+
+
+def async_problems(cfg: Any) -> list[str]:
+    """What ``rollout.max_staleness >= 1`` cannot run with (empty when k = 0 or nothing is wrong)."""
+    k = cfg.rollout.max_staleness
+    if not k:
+        return []
+    out = []
+    if cfg.rollout.backend == "vllm":
+        out.append("rollout.max_staleness needs rollout.backend=hf or native (its generator process holds a CPU "
+                   "copy of the policy; vLLM is not built for it here); set rollout.max_staleness=0 with vLLM")
+    if cfg.trainer.fsdp:
+        out.append("rollout.max_staleness with trainer.fsdp=true is not supported (one generator for one "
+                   "process); drop one of them")
+    if cfg.rollout.inject.active():
+        out.append("rollout.max_staleness with rollout.inject is not supported (rollout.inject.stale=k is the "
+                   "synchronous equivalent of max_staleness=k); drop one of them")
+    if cfg.algo.name not in ASYNC_ALGORITHMS:
+        out.append(f"rollout.max_staleness with algo.name={cfg.algo.name!r}: only "
+                   f"{', '.join(ASYNC_ALGORITHMS)} sample with the policy once a step; set rollout.max_staleness=0")
+    if getattr(cfg.algo, "dynamic_sampling", False):
+        out.append("rollout.max_staleness with algo.dynamic_sampling=true is not supported (the extra rounds "
+                   "cannot be known ahead); drop one of them")
+    if getattr(getattr(cfg.model, "lora", None), "r", 0):
+        out.append("rollout.max_staleness with model.lora.r > 0 is not supported (untested); drop one of them")
+    return out

@@ -1,0 +1,179 @@
+"""rollout.max_staleness: a generator process samples step s with the weights of version max(0, s - k)."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from reasoning_rl.async_rollout import AsyncEngine, GeneratorError, Request, pack_state, unpack_state
+from reasoning_rl.checkpoint import load_trainer_state
+from reasoning_rl.config import ConfigError, validate
+from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.policy.loading import load_model
+from reasoning_rl.prompt_sampler import PromptSampler
+from reasoning_rl.rollout import SamplingConfig
+from tests.reasoning_rl.conftest import _train, tiny_config
+from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented
+
+
+def _learning_config(steps: int = 4):
+    """The tiny model on a reward that varies within groups ("has a digit"), so the weights move every step
+    and a sampler one version behind samples differently from one that is not."""
+    from rewards.compose import RewardSpec
+
+    cfg = tiny_config(steps=steps)
+    cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
+    cfg.rollout.backend = "native"
+    cfg.warmstart.enabled = False
+    return cfg
+
+
+def _completions(run_dir):
+    return [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
+
+
+def test_pack_state_round_trips_a_state_dict_in_one_buffer_per_dtype():
+    state = {"w": torch.arange(6.0).view(2, 3), "b": torch.tensor([7.0]), "ids": torch.tensor([1, 2])}
+    buffers, layout = pack_state(state)
+    assert {d: b.numel() for d, b in buffers.items()} == {torch.float32: 7, torch.int64: 2}
+    back = unpack_state(buffers, layout)
+    assert all(torch.equal(back[k], v) for k, v in state.items())
+    state["w"].add_(1.0)  # a copy: the trainer's later updates do not reach a version already sent
+    assert back["w"][0, 0] == 0.0
+    tied = torch.ones(2, 2)
+    buffers, layout = pack_state({"embed": tied, "head": tied})  # tied weights: stored once
+    assert buffers[torch.float32].numel() == 4 and torch.equal(unpack_state(buffers, layout)["head"], tied)
+
+
+def test_upcoming_prompts_are_the_next_steps_and_do_not_advance_the_sampler():
+    sampler = PromptSampler(5, seed=3)
+    sampler.next_global(4)
+    ahead = sampler.upcoming(2, 3)  # crosses the epoch boundary
+    assert sampler.state_dict() == {"epoch": 0, "position": 4}
+    assert ahead == [sampler.next_global(2) for _ in range(3)]
+
+
+def test_settings_it_cannot_run_are_refused_in_one_message():
+    for change, expected in [
+        (lambda c: setattr(c.rollout, "backend", "vllm"), "rollout.backend=hf or native"),
+        (lambda c: setattr(c.rollout.inject, "stale", 1), "rollout.inject.stale=k is the synchronous equivalent"),
+        (lambda c: setattr(c.trainer, "fsdp", True), "trainer.fsdp=true is not supported"),
+        (lambda c: setattr(c.algo, "dynamic_sampling", True), "algo.dynamic_sampling=true"),
+    ]:
+        cfg = tiny_config()
+        cfg.rollout.max_staleness = 1
+        change(cfg)
+        with pytest.raises(ConfigError, match=expected.replace(".", r"\.")):
+            validate(cfg)
+    cfg = tiny_config()
+    cfg.rollout.max_staleness = -1
+    with pytest.raises(ConfigError, match=r"rollout\.max_staleness"):
+        validate(cfg)
+
+
+def test_an_algorithm_that_does_not_sample_with_the_policy_is_refused():
+    from reasoning_rl.algo.sft import SFTConfig
+
+    cfg = tiny_config()
+    cfg.algo = SFTConfig(name="sft", variant="sft")
+    cfg.rollout.max_staleness = 1
+    with pytest.raises(ConfigError, match=r"algo\.name='sft': only grpo, ppo"):
+        validate(cfg)
+
+
+def test_async_k1_samples_what_the_synchronous_stale_run_samples(tmp_path):
+    """Same seed: the generator process with k = 1 and rollout.inject.stale=1 in the trainer draw the same
+    completions, rewards and metrics (one thread each), and step s samples with version max(0, s - 1)."""
+    runs = {}
+    for name in ("async", "stale"):
+        cfg = _learning_config()
+        cfg.trainer.save_every = 0
+        if name == "async":
+            cfg.rollout.max_staleness = 1
+        else:
+            cfg.rollout.inject.stale = 1
+        _train(cfg, tmp_path / name)
+        runs[name] = read_metrics(tmp_path / name / "metrics.jsonl"), _completions(tmp_path / name)
+    (m_async, c_async), (m_stale, c_stale) = runs["async"], runs["stale"]
+    assert undocumented(m_async[1]) == [], f"document these in {METRICS_DOC}"
+    assert [m["rollout/policy_version"] for m in m_async] == [0, 0, 1, 2]
+    assert [m["mismatch/staleness_max"] for m in m_async] == [0.0, 1.0, 1.0, 1.0]
+    assert any(m["advantage/abs_mean"] > 0 for m in m_async)  # the weights moved: staleness changes samples
+    assert all(m["time/generator_busy"] > 0 and m["time/weight_sync"] >= 0 for m in m_async)
+    assert [(r["completion"], r["reward"], r["policy_version"]) for r in c_async] == \
+        [(r["completion"], r["reward"], r["policy_version"]) for r in c_stale]
+    for a, b in zip(m_async, m_stale):
+        for key, value in b.items():
+            if not key.startswith(("time/", "throughput/")):
+                assert a[key] == value, (b["step"], key)
+
+
+def test_a_resumed_async_run_matches_the_uninterrupted_run(tmp_path, resume_matches_uninterrupted_run):
+    """In-flight rollouts are dropped at the break and sampled again from the checkpoint, which holds the
+    k older versions: the resumed run logs the same metrics, bit for bit."""
+    cfg = _learning_config()
+    cfg.rollout.max_staleness = 1
+    full = resume_matches_uninterrupted_run(cfg, tmp_path)
+    assert [m["rollout/policy_version"] for m in full] == [0, 0, 1, 2]
+    history = load_trainer_state(tmp_path / "killed" / "checkpoint-2")["weight_history"]
+    assert [v for v, _ in history] == [1]  # step 3 (index 2) samples with version 1
+
+
+def test_a_resumed_stale_injection_keeps_its_weight_history(tmp_path, resume_matches_uninterrupted_run):
+    """rollout.inject.stale=2: the checkpoint holds versions 0 and 1, so steps 3 and 4 after the resume
+    sample with them, as in the run without the break (before, they sampled with the resumed weights)."""
+    cfg = _learning_config()
+    cfg.rollout.inject.stale = 2
+    full = resume_matches_uninterrupted_run(cfg, tmp_path)
+    assert [m["mismatch/staleness_max"] for m in full] == [0.0, 1.0, 2.0, 2.0]
+    history = load_trainer_state(tmp_path / "full" / "checkpoint-2")["weight_history"]
+    assert [v for v, _ in history] == [0, 1]
+
+
+def test_a_generator_error_reaches_the_trainer_with_its_traceback():
+    cfg = tiny_config()
+    model, tokenizer = load_model(cfg.model)
+    engine = AsyncEngine(model, tokenizer, "native", max_staleness=1)
+    try:
+        engine.update_policy(model, 0)
+        sampling = SamplingConfig(max_new_tokens=2)
+        engine.prefetch([Request(step=0, prompts=["1+1="], n=0, sampling=sampling, seed=0, version=0)])
+        with pytest.raises(GeneratorError, match="n must be >= 1"):  # the engine's own error, raised over there
+            engine.generate(["1+1="], 0, sampling, seed=0)
+    finally:
+        engine.close()
+
+
+def test_a_killed_generator_fails_the_run_instead_of_hanging(tmp_path, monkeypatch):
+    """The generator is killed (SIGKILL) once it has its first requests: the run stops within seconds with
+    an error naming the exit code, and the CLI records status failed."""
+    from hydra import compose, initialize_config_module
+
+    from reasoning_rl.cli import run_training
+    from reasoning_rl.config import register_configs
+    from tests.reasoning_rl.test_cli_errors import TINY
+
+    prefetch = AsyncEngine.prefetch
+
+    def prefetch_then_kill(self, requests):
+        prefetch(self, requests)
+        if self.process.is_alive():
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.join(10)
+
+    monkeypatch.setattr(AsyncEngine, "prefetch", prefetch_then_kill)
+    run = tmp_path / "run"
+    register_configs()
+    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
+        cfg = compose(config_name="train", overrides=[*TINY, "rollout=native", "rollout.max_staleness=1",
+                                                      "trainer.steps=2", f"trainer.output_dir={run}"])
+    t0 = time.perf_counter()
+    with pytest.raises(GeneratorError, match=f"exited with code {-signal.SIGKILL}"):
+        run_training(cfg)
+    assert time.perf_counter() - t0 < 120
+    status = json.loads((run / "status.json").read_text())
+    assert (status["status"], status["stage"]) == ("failed", "training")
+    assert "rollout generator process" in status["error"]
