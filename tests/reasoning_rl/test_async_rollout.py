@@ -111,6 +111,29 @@ def test_async_k1_samples_what_the_synchronous_stale_run_samples(tmp_path):
                 assert a[key] == value, (b["step"], key)
 
 
+def test_ppo_runs_asynchronously_with_the_stale_runs_samples(tmp_path):
+    """PPO (group size 1) goes through the same requests: k = 1 matches rollout.inject.stale=1 too."""
+    from reasoning_rl.algo.ppo import PPOConfig
+    from reasoning_rl.config import TrainConfig
+
+    rows = {}
+    for name in ("async", "stale"):
+        base = _learning_config(steps=3)
+        cfg = TrainConfig(task=base.task, model=base.model, rollout=base.rollout, trainer=base.trainer,
+                          evaluation=base.evaluation, warmstart=base.warmstart,
+                          algo=PPOConfig(prompts_per_step=4, group_size=1, micro_batch_size=3, learning_rate=1e-3))
+        cfg.trainer.save_every = 0
+        cfg.evaluation.enabled = False
+        if name == "async":
+            cfg.rollout.max_staleness = 1
+        else:
+            cfg.rollout.inject.stale = 1
+        _train(cfg, tmp_path / name)
+        rows[name] = [(r["completion"], r["reward"], r["policy_version"]) for r in _completions(tmp_path / name)]
+    assert [v for _, _, v in rows["async"][::4]] == [0, 0, 1]
+    assert rows["async"] == rows["stale"]
+
+
 def test_a_resumed_async_run_matches_the_uninterrupted_run(tmp_path, resume_matches_uninterrupted_run):
     """In-flight rollouts are dropped at the break and sampled again from the checkpoint, which holds the
     k older versions: the resumed run logs the same metrics, bit for bit."""
