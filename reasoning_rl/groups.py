@@ -21,7 +21,7 @@ from reasoning_rl.algo.base import RunContext
 from reasoning_rl.rollout import Completion
 from reasoning_rl.tasks import Example
 from reasoning_rl.tasks.scoring import is_correct
-from rewards.audit import AuditReport, VerifierAudit, merge
+from rewards.audit import AuditReport, PendingAudit, VerifierAudit, merge
 from rewards.batch import BatchScores
 
 
@@ -40,8 +40,8 @@ class ScoredGroups:
     tamper_kinds: tuple[str, ...] = ()
     """Tamper kinds the reward's verifiers report (a verifier's ``tamper_kinds``: the code
     verifier's sandbox); each is logged as ``reward/tamper/<kind>``, zero included."""
-    audit: AuditReport | None = None
-    """The verifier audit of these samples (``task.audit``), None when it is off."""
+    audit: AuditReport | PendingAudit | None = None
+    """The verifier audit of these samples (``task.audit``, still running when pending), None when it is off."""
 
     @property
     def group_size(self) -> int:
@@ -78,18 +78,22 @@ def sample_and_score(ctx: RunContext, examples: list[Example], n: int, seed: int
 
 
 def _audit(ctx: RunContext, texts: list[str], refs: list[Any], fields: list[dict[str, Any]], ours: list[Any],
-           seed: int, example_ids: list[str]) -> AuditReport | None:
+           seed: int, example_ids: list[str]) -> PendingAudit | None:
     """``task.audit``: re-score a seeded sample with the second verifier; disagreements to audit.jsonl."""
     cfg = getattr(ctx.cfg.task, "audit", None)
     if cfg is None or cfg.verifier is None:
         return None
-    report = VerifierAudit(cfg).run(texts, refs, fields, ours, seed, timeout=ctx.cfg.rollout.reward_timeout,
-                                    pool=ctx.pool)
-    if report.rows and distributed.is_main():
-        with open(ctx.run_dir / "audit.jsonl", "a", encoding="utf-8") as f:
-            for row in report.rows:
-                f.write(json.dumps({"seed": seed, "example_id": example_ids[row["index"]], **row}, default=str) + "\n")
-    return report
+
+    def write_rows(report: AuditReport) -> None:
+        if report.rows and distributed.is_main():
+            with open(ctx.run_dir / "audit.jsonl", "a", encoding="utf-8") as f:
+                for row in report.rows:
+                    f.write(json.dumps({"seed": seed, "example_id": example_ids[row["index"]], **row}, default=str)
+                            + "\n")
+
+    # Scored in the reward pool while the step goes on; rollout_metrics collects it (rewards/audit.py).
+    return VerifierAudit(cfg).submit(texts, refs, fields, ours, seed, timeout=ctx.cfg.rollout.reward_timeout,
+                                     pool=ctx.pool, on_done=write_rows)
 
 
 def tamper_kinds(verifiers: Any) -> tuple[str, ...]:
