@@ -34,6 +34,7 @@ from reasoning_rl.entry_points import (
     user_errors_exit,
 )
 from reasoning_rl.errors import StorageError, UserError
+from reasoning_rl.retention import retention_rows
 from reasoning_rl.run_status import (
     config_differences,
     read_status,
@@ -91,6 +92,7 @@ def format_eval_table(summary: dict) -> str:
     ]
     for key, label in (("greedy_accuracy", "greedy"), ("sampled_accuracy", f"sampled (n={after['samples_per_problem']})")):
         lines.append(f"| {label} | {before[key]:.1%} | {after[key]:.1%} | {after[key] - before[key]:+.1%} |")
+    lines += retention_rows(before, after)  # a second task's accuracy (evaluation.retention)
     lines.append(f"({after['num_problems']} problems never seen in training)")
     return "\n".join(lines)
 

@@ -81,6 +81,10 @@ class RunRecord:
     """Sum over steps of ``audit/ours_pass_theirs_fail``: possible false positives of the reward."""
     audit_ours_fail_theirs_pass: int | None = None
     """Sum over steps of ``audit/ours_fail_theirs_pass``: possible false negatives of the reward."""
+    retention_before: float | None = None
+    """Held-out greedy accuracy on the second task before training (``evaluation.retention``), else None."""
+    retention_after: float | None = None
+    """The same after training."""
     collapsed: bool = False
     """The run collapsed (reasoning_rl.report_stats: non-finite loss, or accuracy / reward fell below a fraction)."""
     collapse_reason: str | None = None
@@ -195,6 +199,7 @@ def read_run(run_dir: Path, root: Path, collapse_fraction: float = COLLAPSE_FRAC
         final_reward=_tail_mean(metrics, "reward/mean"), final_kl=_tail_mean(metrics, "kl/mean"),
         greedy_before=before.get("greedy_accuracy"), greedy_after=after.get("greedy_accuracy"),
         sampled_after=after.get("sampled_accuracy"),
+        retention_before=before.get("retention/greedy_accuracy"), retention_after=after.get("retention/greedy_accuracy"),
         tokens_per_s=sum(throughput) / len(throughput) if throughput else None,
         wall_s=wall, state_gb=((summary or {}).get("memory") or {}).get("state_gb"),
         peak_rss_gb=((summary or {}).get("memory") or {}).get("peak_rss_gb"),
@@ -240,10 +245,13 @@ def _audit_cell(r: RunRecord) -> str:
 
 def format_table(runs: list[RunRecord]) -> str:
     audited = any(r.audit_ours_pass_theirs_fail is not None for r in runs)  # the column only when a run audited
+    retained = any(r.retention_after is not None for r in runs)  # likewise for evaluation.retention
     lines = ["| setting | seed | status | steps | reward (last 10%) | KL (last 10%) | greedy before | greedy after "
              "| sampled after | tokens/s | wall | train state | peak RSS |"
-             + (" audit disagree (ours pass / ours fail) |" if audited else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if audited else "")]
+             + (" audit disagree (ours pass / ours fail) |" if audited else "")
+             + (" retention greedy before / after |" if retained else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if audited else "")
+             + ("---|" if retained else "")]
     for r in runs:
         status = r.status + (f": {r.error}" if r.error else "") + (f" (collapsed: {r.collapse_reason})"
                                                                     if r.collapsed else "")
@@ -252,7 +260,8 @@ def format_table(runs: list[RunRecord]) -> str:
         lines.append(f"| {r.setting} | {r.seed} | {status} | {steps} | {_num(r.final_reward, '.3f')} "
                      f"| {_num(r.final_kl, '.4f')} | {_pct(r.greedy_before)} | {_pct(r.greedy_after)} "
                      f"| {_pct(r.sampled_after)} | {_num(r.tokens_per_s, '.0f')} | {wall} "
-                     f"| {_gb(r.state_gb)} | {_gb(r.peak_rss_gb)} |" + (f" {_audit_cell(r)} |" if audited else ""))
+                     f"| {_gb(r.state_gb)} | {_gb(r.peak_rss_gb)} |" + (f" {_audit_cell(r)} |" if audited else "")
+                     + (f" {_pct(r.retention_before)} / {_pct(r.retention_after)} |" if retained else ""))
     counts = defaultdict(int)
     for r in runs:
         counts[r.status] += 1
