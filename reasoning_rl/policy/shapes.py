@@ -8,8 +8,10 @@ memory. Where the config comes from, in order:
 * a packaged GGUF model (``model.gguf.package``): its converted folder's ``config.json`` when it
   has been converted, else :data:`KNOWN_CONFIGS`;
 * a local folder: its ``config.json``;
-* a hub name: ``AutoConfig.from_pretrained`` (the HF cache or the hub), and when the hub cannot be
-  reached, :data:`KNOWN_CONFIGS`, said in :attr:`ModelShape.source`.
+* a hub name: the HF cache's config (``local_files_only``); else :data:`KNOWN_CONFIGS` when the name is
+  in it (its numbers are the published configs', and asking an unreachable hub costs ~24 s of
+  retries); else the hub, and when the hub cannot be reached, an error naming what to pass. The
+  source is said in :attr:`ModelShape.source`.
 """
 
 from __future__ import annotations
@@ -124,6 +126,13 @@ def model_shape(model_cfg: Any) -> ModelShape:
         if not (path / "config.json").exists():
             raise ModelShapeError(f"{path} holds no config.json; pass a folder written by save_pretrained")
         return shape_of(AutoConfig.from_pretrained(path), f"{path}/config.json")
+    try:  # the HF cache first: no network, no retries
+        return shape_of(AutoConfig.from_pretrained(name, trust_remote_code=model_cfg.trust_remote_code,
+                                                   local_files_only=True), f"the HF cache's config of {name}")
+    except (OSError, ValueError):
+        pass
+    if name in KNOWN_CONFIGS:  # exact for the shapes; the hub would cost ~24 s of retries when offline
+        return _known(name, "not in the HF cache")
     try:
         config = AutoConfig.from_pretrained(name, trust_remote_code=model_cfg.trust_remote_code)
     except (OSError, ValueError) as exc:
