@@ -113,11 +113,13 @@ class TrainerConfig:
     """Show a tqdm progress bar."""
     num_threads: int | None = None
     """torch.set_num_threads (null = torch's default)."""
-    keep_freed_memory: bool = True
-    """Have glibc's malloc keep freed memory for reuse (reasoning_rl.memory.keep_freed_memory):
-    a step's activations then reuse pages instead of faulting fresh ones in (2200-2500 page
-    faults a step on the benchmark workload, ~3 us each). Process-wide; results are unchanged;
-    no effect off glibc."""
+    keep_freed_memory: bool | None = None
+    """glibc malloc's handling of freed memory (reasoning_rl.memory.allocator_choice): true keeps every
+    freed block under 32 MiB for reuse (a step's activations reuse pages instead of faulting fresh ones
+    in: 2200-2500 page faults a step on the benchmark workload, ~3 us each); false hands blocks of 1 MiB
+    or more back to the kernel (resident memory follows the live tensors: at SmolLM2-135M's size with
+    checkpointing, about half the peak); null (auto) keeps them for a policy under 50M parameters on the
+    CPU and returns them from that size up. Process-wide; results are unchanged; no effect off glibc."""
     fsdp: bool = False
     """Under torchrun, shard the policy and the reference over the ranks with PyTorch's FSDP2 (one
     unit per decoder layer plus the root) instead of holding a whole copy on each: for models whose

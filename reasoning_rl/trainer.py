@@ -45,10 +45,11 @@ from reasoning_rl.algo.registry import get_algorithm
 from reasoning_rl.async_rollout import AsyncEngine, Request, async_engine
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.config import ConfigError, TrainConfig, validate
+from reasoning_rl.envs.episode import with_environment
 from reasoning_rl.heldout import evaluate_heldout
 from reasoning_rl.inject import inject_engine
 from reasoning_rl.kl_to_base import BaseProbe, forward_kl, sample_probe
-from reasoning_rl.memory import keep_freed_memory, memory_report
+from reasoning_rl.memory import allocator_choice, memory_report, set_allocator
 from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics, with_heldout_ends
 from reasoning_rl.policy.engines import HFEngine, make_engine
 from reasoning_rl.policy.loading import apply_memory_settings, load_model, load_pretrained, set_training
@@ -57,6 +58,7 @@ from reasoning_rl.policy.precision import mark_precision
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.policy.runtime_check import check_runtime
 from reasoning_rl.prompt_sampler import PromptSampler
+from reasoning_rl.retention import Retention
 from reasoning_rl.rollout import SamplingConfig
 from reasoning_rl.tasks import Task
 from reasoning_rl.warmstart import supervised_warm_start
@@ -87,9 +89,6 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if cfg.trainer.num_threads:
             torch.set_num_threads(cfg.trainer.num_threads)
-        if cfg.trainer.keep_freed_memory and not keep_freed_memory():
-            log.info("trainer.keep_freed_memory: this C library has no mallopt or refused a setting of "
-                     "reasoning_rl.memory.KEPT_MEMORY; freed memory may go back to the kernel as before")
         seed_everything(cfg.trainer.seed)
         self.task = Task(cfg.task)
         self.reward = self.task.reward()
@@ -110,6 +109,11 @@ class Trainer:
         else:
             self.model, self.tokenizer = load_model(cfg.model)
         self.device = next(self.model.parameters()).device
+        # trainer.keep_freed_memory: glibc keeps freed blocks (tiny models: no page faults) or returns large ones.
+        allocator, settings = allocator_choice(cfg.trainer.keep_freed_memory,
+                                               sum(p.numel() for p in self.model.parameters()), self.device.type == "cpu")
+        log.info("memory allocator: %s (trainer.keep_freed_memory=%s)%s", allocator, cfg.trainer.keep_freed_memory,
+                 "" if set_allocator(settings) else "; not applied: this C library has no mallopt or refused it")
         mark_precision(self.model, cfg.trainer.precision)  # engines with their own weights (vLLM) follow it
         # model.runtime, decided once: the training log-probs and the native engine run what it says.
         self.runtime = decide_runtime(self.model, cfg.model.runtime, training=True,
@@ -128,12 +132,16 @@ class Trainer:
             self.task.examples(eval_split, self.tokenizer)[: cfg.evaluation.num_examples]
             if cfg.evaluation.enabled and eval_split else []
         )
+        self.retention = Retention.build(cfg.evaluation.retention, self.task, self.tokenizer, self.sampling)
         self.sampler = PromptSampler(len(self.train_examples), cfg.trainer.seed)
         # The runtime's log-probs against transformers' modules on a few sampled tokens (stops the run when they differ).
         self.runtime_check = check_runtime(self.model, self.tokenizer, self.engine,
                                            [ex.prompt for ex in self.train_examples[:2]], self.sampling,
                                            group_size=getattr(cfg.algo, "group_size", 1), seed=cfg.trainer.seed)
         _engine_metrics(self.engine)  # what the engine measured on the check's batch is not step 1's
+        # task.env: every rollout, training and held-out, is a multi-turn episode (reasoning_rl.envs, docs/tools.md).
+        self.engine, rollout_engine = with_environment(cfg.task, self.tokenizer, [self.engine, rollout_engine],
+                                                       self.train_examples + self.eval_examples)
         log.info("policy runtime check: %s", self.runtime_check.describe())
         self._check_metrics = {"policy/runtime_max_abs_diff": self.runtime_check.max_abs_diff}  # on every step
         self.memory_plan = log_plan(cfg, self.model, self.tokenizer, [e.prompt for e in self.train_examples])
@@ -156,7 +164,8 @@ class Trainer:
                  w.stop_at_accuracy)
         # The probe samples the model as it trains; an engine with its own copy of the weights
         # (vLLM) would probe stale ones, so the warm start probes with transformers' generate.
-        probe_engine = self.engine if isinstance(self.engine, HFEngine) else HFEngine(
+        # (task.env: the episode engine over an hf engine, so the probe runs whole episodes.)
+        probe_engine = self.engine if isinstance(getattr(self.engine, "inner", self.engine), HFEngine) else HFEngine(
             self.model, self.tokenizer, batch_size=self.cfg.rollout.batch_size)
         result = supervised_warm_start(
             self.model, self.tokenizer, probe_engine, self.train_examples, w, self.reward, self.sampling,
@@ -376,9 +385,10 @@ class Trainer:
             result = evaluate_heldout(self.engine, self.eval_examples, self.reward, self.sampling,
                                       self.cfg.evaluation.samples_per_problem, seed=self.cfg.trainer.seed,
                                       timeout=self.cfg.rollout.reward_timeout, pool=self.pool)
+            retained = self.retention.evaluate(self.engine, seed=self.cfg.trainer.seed, pool=self.pool)
             set_training(self.model, True)
             distributed.barrier()
-        return result.as_dict()
+        return {**result.as_dict(), **retained}
 
     @staticmethod
     def _tag(row: dict[str, Any], version: int) -> dict[str, Any]:
