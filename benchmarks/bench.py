@@ -8,6 +8,7 @@
                                                         # at SmolLM2-135M's shape: LM head chunked or not, checkpointing
     reasoning-rl-bench gpu   [--backend vllm|hf] [--device cpu]   # a few GRPO steps with vLLM rollouts (CPU build too)
     reasoning-rl-bench plan  [<train overrides>] [--device-gb 80]  # predicted peak memory by component (meta device)
+    reasoning-rl-bench async [--steps 30 --rounds 2]    # s/step of rollout.max_staleness=1 against 0 (2 cores)
 
 Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes ``run(argv)``.
 Every run appends one JSON record (commit, date, machine, arguments, figures) to
@@ -36,6 +37,7 @@ SUBCOMMANDS: dict[str, str] = {
     "lmhead": "benchmarks.perf.lmhead_memory",
     "gpu": "benchmarks.perf.gpu_smoke",
     "plan": "benchmarks.perf.plan",
+    "async": "benchmarks.perf.async_rollout",
 }
 ALIASES: dict[str, str] = {"math-equiv": "math", "code-exec": "code"}
 
