@@ -31,6 +31,8 @@ STOP = "```output"
 CUT_MARKER = "[... {n} more characters cut]"
 """Stated in the observation where output was cut (``n``: characters dropped)."""
 
+_SANDBOX_FRAME = re.compile(r'  File ".*/inside/candidate\.py", ')
+"""A traceback line of the sandbox's candidate runner (its path differs by isolation level)."""
 _BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
 
 _sandboxes: dict[str | None, Any] = {}
@@ -99,6 +101,9 @@ class PythonTool(Environment):
         result = box.execute(StdioTests(cases=(("", ""),), case_timeout=self.timeout).job(code, self.timeout, {}))
         if result.status == "timeout":
             return f"TimeoutError: the program ran past {self.timeout:g} s and was killed", "timeout"
-        text = (result.stdout + result.stderr).rstrip("\n")
+        # The sandbox's own frame (its candidate runner) is not the program's: dropped from tracebacks.
+        stderr = "".join(line for line in result.stderr.splitlines(keepends=True)
+                         if not _SANDBOX_FRAME.match(line))
+        text = (result.stdout + stderr).rstrip("\n")
         exit_code = result.cases[0].get("exit") if result.cases else None
         return text, "ok" if exit_code == 0 and result.status != "error" else "error"

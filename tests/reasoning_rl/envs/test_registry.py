@@ -97,7 +97,9 @@ def test_python_tool_runs_the_block_in_the_sandbox():
     ok = env.step("Let me compute.\n```python\nprint(123 * 456)\n```\n")
     assert ok == StepResult(observation="\n56088\n```\n", done=False, tool="ok")
     err = env.step("```python\n1 / 0\n```\n")
-    assert err.tool == "error" and "ZeroDivisionError: division by zero" in err.observation
+    assert err.tool == "error" and err.observation == ('\nTraceback (most recent call last):\n'
+                                                       '  File "<program>", line 1, in <module>\n'
+                                                       'ZeroDivisionError: division by zero\n```\n')
     missing = env.step("I will not write code.\n")
     assert missing.tool == "error" and "no ```python block" in missing.observation
     with pytest.raises(ValueError, match="timeout"):
