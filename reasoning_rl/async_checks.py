@@ -5,10 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-ASYNC_ALGORITHMS = ("grpo", "ppo")
-"""Algorithms whose step samples once, ``prompts_per_step`` prompts x ``group_size`` with the policy, at
-``step_seed(seed, step)`` (reasoning_rl.algo.batch.sample_step): what the generator can run ahead of."""
-
 
 def async_problems(cfg: Any) -> list[str]:
     """What ``rollout.max_staleness >= 1`` cannot run with (empty when k = 0 or nothing is wrong)."""
@@ -25,9 +21,9 @@ def async_problems(cfg: Any) -> list[str]:
     if cfg.rollout.inject.active():
         out.append("rollout.max_staleness with rollout.inject is not supported (rollout.inject.stale=k is the "
                    "synchronous equivalent of max_staleness=k); drop one of them")
-    if cfg.algo.name not in ASYNC_ALGORITHMS:
-        out.append(f"rollout.max_staleness with algo.name={cfg.algo.name!r}: only "
-                   f"{', '.join(ASYNC_ALGORITHMS)} sample with the policy once a step; set rollout.max_staleness=0")
+    if not cfg.algo.supports_async_rollouts:  # the algorithm's config says (reasoning_rl.algo.base.AlgoConfig)
+        out.append(f"rollout.max_staleness with algo.name={cfg.algo.name!r}: its step does not sample once with the "
+                   "policy at a known seed (the grpo module and ppo do); set rollout.max_staleness=0")
     if getattr(cfg.algo, "dynamic_sampling", False):
         out.append("rollout.max_staleness with algo.dynamic_sampling=true is not supported (the extra rounds "
                    "cannot be known ahead); drop one of them")

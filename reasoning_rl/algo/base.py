@@ -75,6 +75,10 @@ class AlgoConfig:
     supports_lora: ClassVar[bool] = False
     """Whether the algorithm trains a peft adapter with the base as its reference (``model.lora.r > 0``,
     reasoning_rl.policy.lora); an algorithm built and tested for it says so (``GRPOConfig``)."""
+    supports_async_rollouts: ClassVar[bool] = False
+    """Whether the algorithm's step samples once, ``prompts_per_step`` x ``group_size`` with the policy at
+    ``step_seed(seed, step)`` (reasoning_rl.algo.batch.sample_step), so that a generator process can run
+    ahead of it (``rollout.max_staleness``, reasoning_rl.async_rollout); tested for ``GRPOConfig`` and ``PPOConfig``."""
 
     def fsdp_problems(self) -> list[str]:
         """Why ``trainer.fsdp=true`` cannot train these settings (empty when it can). FSDP runs

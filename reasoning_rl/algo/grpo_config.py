@@ -25,6 +25,7 @@ class GRPOConfig(ClippedPolicyConfig):
     name: str = "grpo"
     supports_mixed_precision: ClassVar[bool] = True
     supports_lora: ClassVar[bool] = True
+    supports_async_rollouts: ClassVar[bool] = True
     variant: str = "grpo"
     group_size: int = 8
     """G: completions sampled per prompt."""

@@ -33,7 +33,7 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -80,6 +80,7 @@ class PPOConfig(ClippedPolicyConfig):
     """PPO with a critic (``conf/algo/ppo.yaml``)."""
 
     name: str = "ppo"
+    supports_async_rollouts: ClassVar[bool] = True
     variant: str = "ppo"
     prompts_per_step: int = 64
     """Distinct prompts per optimisation step (64 x 1 sample: the completions of GRPO's 8 x 8)."""

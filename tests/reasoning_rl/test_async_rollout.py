@@ -80,7 +80,7 @@ def test_an_algorithm_that_does_not_sample_with_the_policy_is_refused():
     cfg = tiny_config()
     cfg.algo = SFTConfig(name="sft", variant="sft")
     cfg.rollout.max_staleness = 1
-    with pytest.raises(ConfigError, match=r"algo\.name='sft': only grpo, ppo"):
+    with pytest.raises(ConfigError, match=r"algo\.name='sft': its step does not sample once"):
         validate(cfg)
 
 
