@@ -4,7 +4,7 @@ Layout of one micro-batch (P = longest prompt, L = longest completion)::
 
     input_ids       [B, P + L]   <pad>..<pad> prompt | completion <pad>..<pad>
     attention_mask  [B, P + L]   0 on padding, 1 elsewhere
-    completion_mask [B, L]       1 on completion tokens (EOS included)
+    completion_mask [B, L]       1 on completion tokens (EOS included), 0 on a row's loss_mask zeros
 """
 
 from __future__ import annotations
@@ -43,5 +43,7 @@ def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[
         if c:
             input_ids[i, width_p:width_p + len(c)] = torch.tensor(c, dtype=torch.long)
             attention[i, width_p:width_p + len(c)] = 1
-            comp_mask[i, :len(c)] = 1.0
+            # A multi-turn episode's row carries a loss mask (0 on observations: reasoning_rl.algo.batch.MaskedTokens).
+            mask = getattr(c, "loss_mask", None)
+            comp_mask[i, :len(c)] = 1.0 if mask is None else torch.tensor(mask, dtype=torch.float32)
     return PackedBatch(input_ids, attention, comp_mask, width_p)

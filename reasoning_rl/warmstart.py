@@ -63,6 +63,20 @@ def warm_start_settings(cfg: WarmStartConfig) -> SFTConfig:
                      max_grad_norm=1.0, lr_schedule="constant", lr_warmup_steps=0, loss_aggregation="token_mean")
 
 
+def warm_start_targets(examples: list[Example], cfg: WarmStartConfig) -> list[Example]:
+    """The supervised targets: each example's reference + ``target_suffix`` (``warmstart.target=reference``),
+    or the definition's rendered ``reference_completion`` (``solution``: a tool task's whole episode)."""
+    if cfg.target == "reference":
+        return [replace(e, solution=f"{e.reference}{cfg.target_suffix}") for e in examples]
+    if cfg.target != "solution":
+        raise ValueError(f"warmstart.target must be 'reference' or 'solution', got {cfg.target!r}")
+    missing = [e.id for e in examples if e.solution is None]
+    if missing:
+        raise ValueError(f"warmstart.target=solution: {len(missing)} training rows have no reference_completion "
+                         f"(first: {missing[0]!r}); use warmstart.target=reference")
+    return [replace(e, solution=f"{e.solution}{cfg.target_suffix}") for e in examples]
+
+
 def supervised_warm_start(
     model: Any,
     tokenizer: Any,
@@ -77,7 +91,7 @@ def supervised_warm_start(
 ) -> WarmStartResult:
     """``sft`` steps on the reference answers until the probe's greedy accuracy reaches the target
     (or ``max_steps``); ``engine`` samples the probe from ``model`` as it trains."""
-    targets = [replace(e, solution=f"{e.reference}{cfg.target_suffix}") for e in examples]
+    targets = warm_start_targets(examples, cfg)
     run = TrainConfig(algo=warm_start_settings(cfg), trainer=TrainerConfig(steps=cfg.max_steps, seed=seed))
     ctx = RunContext(cfg=run, run_dir=Path("."), model=model, tokenizer=tokenizer,
                      device=next(model.parameters()).device, engine=engine,

@@ -87,13 +87,6 @@ class CorrectionOptions:
     kl_max: float = 0.05
 
 
-def CorrectionInputs(logp: torch.Tensor, train_logp: torch.Tensor, behaviour_logp: torch.Tensor,
-                     advantages: torch.Tensor, mask: torch.Tensor) -> LossTokens:
-    """What a correction reads, in the corrections' own argument order (log pi_theta, log pi_old, log mu,
-    A, mask): the shared bundle :func:`reasoning_rl.algo.loss_tokens.loss_tokens` builds.  # [B, L] each"""
-    return loss_tokens(logp, train_logp, advantages, mask, behaviour_logp)
-
-
 @dataclass(frozen=True)
 class Correction:
     """A correction's result.  # [B, L] each"""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reasoning_rl.algo.loss_tokens import LossTokens, loss_tokens
+from reasoning_rl.algo.loss_tokens import LossTokens
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,6 @@ class EntropyControl:
     """KL-Cov: weight of |log pi - log pi_old| on the selected tokens."""
     entropy_top: float = 0.2
     """80/20 rule: share of tokens (highest entropy first) that keep the policy gradient."""
-
-
-def TokenContext(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                 mask: torch.Tensor, entropy: torch.Tensor | None = None) -> LossTokens:
-    """Per-token tensors the selection reads, in its own argument order: the shared bundle
-    :func:`reasoning_rl.algo.loss_tokens.loss_tokens` builds.  # [B, L] each"""
-    return loss_tokens(logp, old_logp, advantages, mask, entropy=entropy)
 
 
 def token_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

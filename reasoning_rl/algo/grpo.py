@@ -189,7 +189,7 @@ class GRPO(Algorithm):
         set_training(model, True)
         seconds = {"logprobs": time.perf_counter() - t_start, "policy": 0.0, "optimizer": 0.0}
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses).
-        norm = LossNormalizer.for_batch([len(c) for c in comps], max_tokens=ctx.sampling.max_new_tokens)
+        norm = LossNormalizer.for_batch(rows.lengths(), max_tokens=ctx.sampling.max_new_tokens)
         totals = {k: 0.0 for k in ("loss", "policy", "grad_norm")}
         # Token means over the mu updates, the micro-batches and the ranks (summed, divided once).
         token_keys = ("kl/mean", "clip/low_fraction", "clip/high_fraction", "ratio/mean")

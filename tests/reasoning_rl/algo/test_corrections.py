@@ -7,11 +7,11 @@ import torch
 
 from reasoning_rl.algo.corrections import (
     CORRECTIONS,
-    CorrectionInputs,
     CorrectionOptions,
     apply_correction,
 )
 from reasoning_rl.algo.grpo import GRPOConfig
+from reasoning_rl.algo.loss_tokens import loss_tokens
 from reasoning_rl.algo.losses import grpo_loss
 
 LOG = math.log
@@ -30,7 +30,7 @@ def inputs(rho, mask=None, adv=1.0, logp=None, behaviour=None):
     adv = torch.tensor(adv, dtype=torch.float64).reshape(-1, 1) if not isinstance(adv, float) else torch.full(
         (rho.shape[0], 1), adv, dtype=torch.float64)
     current = train if logp is None else torch.tensor(logp, dtype=torch.float64)
-    return CorrectionInputs(current, train, torch.log(mu), adv, mask)
+    return loss_tokens(current, train, adv, mask, torch.log(mu))
 
 
 def test_none_weighs_every_real_token_one_and_padding_zero():

@@ -6,7 +6,6 @@ import torch
 
 from reasoning_rl.algo.entropy_control import (
     EntropyControl,
-    TokenContext,
     clip_cov,
     high_entropy_tokens,
     kl_cov,
@@ -14,6 +13,7 @@ from reasoning_rl.algo.entropy_control import (
     token_covariance,
 )
 from reasoning_rl.algo.grpo import GRPOConfig
+from reasoning_rl.algo.loss_tokens import loss_tokens
 from reasoning_rl.algo.losses import grpo_loss
 
 # Two completions of two tokens: log pi = [[0, -2], [-1, -1]], advantages +1 and -1.
@@ -26,7 +26,7 @@ MASK = torch.ones(2, 2)
 def _grad(control, ec: EntropyControl, entropy=None, old_shift: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """per-token loss = log pi (gradient 1 everywhere before the control) -> (loss, d loss / d log pi)."""
     logp = LOGP.clone().requires_grad_(True)
-    ctx = TokenContext(logp, LOGP - old_shift, ADV, MASK, entropy)
+    ctx = loss_tokens(logp, LOGP - old_shift, ADV, MASK, entropy=entropy)
     out = control(logp * 1.0, ctx, ec)
     (g,) = torch.autograd.grad(out.sum(), logp)
     return out.detach(), g
