@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from reasoning_rl.policy.hf_forward import cache_argument
 from reasoning_rl.policy.lean import LeanDecoder
 from reasoning_rl.policy.lm_head import sampling_support
-from reasoning_rl.policy.logprobs import cache_argument
 from reasoning_rl.policy.runtime import uses_lean
 from reasoning_rl.rollout import Completion, RolloutEngine, SamplingConfig, cut_at_stop
 

@@ -22,7 +22,6 @@ import torch
 
 from reasoning_rl.batching import pack
 from reasoning_rl.policy import hf_forward
-from reasoning_rl.policy.hf_forward import cache_argument  # noqa: F401  (engines.py's import; to move there)
 from reasoning_rl.policy.lean import completion_hidden
 from reasoning_rl.policy.lm_head import chunk_of, sampling_support, token_logprobs
 from reasoning_rl.policy.runtime import uses_lean
