@@ -118,9 +118,9 @@ def worker(settings: dict[str, Any]) -> dict[str, Any]:
     """One configuration in this process: the forward + backward of one GRPO micro-batch."""
     import torch
 
+    from reasoning_rl.memory import peak_rss_bytes
     from reasoning_rl.policy.lm_head import resolve_chunk
     from reasoning_rl.policy.logprobs import completion_logprobs
-    from reasoning_rl.memory import peak_rss_bytes
 
     if settings["threads"]:
         torch.set_num_threads(settings["threads"])

@@ -256,8 +256,8 @@ def test_fused_and_plain_projections_give_the_same_logits(fuse):
 @pytest.mark.parametrize("arch,kv_heads,group_size", [("llama", 2, 2), ("qwen2", 3, 1), ("qwen2", 1, 4)])
 def test_training_logits_and_gradients_are_the_module_forward(arch, kv_heads, group_size, packed, monkeypatch):
     # packed: the completions' right padding dropped (one packed sequence), or kept.
-    from reasoning_rl.policy.lean import training as decode
     from reasoning_rl.policy.hf_forward import shared_prompt_forward
+    from reasoning_rl.policy.lean import training as decode
 
     monkeypatch.setattr(decode, "PACK_MIN_PADDING", 0.0 if packed else 2.0)
     completion_logits = decode.completion_logits

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from reasoning_rl.policy.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
 from reasoning_rl.hub import hub_unreachable
+from reasoning_rl.policy.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
 from reasoning_rl.policy.loading import ModelConfig, load_pretrained
 from reasoning_rl.tasks.data import TaskDataError, load_problems
 from reasoning_rl.tasks.definition import get_definition
