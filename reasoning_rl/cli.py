@@ -12,6 +12,9 @@ import json
 import logging
 import os
 import shutil
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -333,10 +336,33 @@ def print_summary(run_dir: Path, summary: dict) -> None:
         print(f"warm start: {ws['steps']} supervised steps, probe accuracy {ws['probe_accuracy']:.1%}")
 
 
+class Terminated(BaseException):
+    """SIGTERM reached the training process (``kill``, ``timeout``, a scheduler's time limit). Raised in
+    the main thread so that the run's status records ``failed`` with the stage it stopped in, like any
+    other error, instead of the process vanishing with ``status.json`` still saying ``running``. A
+    BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by {signal.Signals(signum).name}; the last checkpoint is intact: "
+                         "resume with trainer.resume=true")
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
 def train_main() -> None:
     """Console-script entry point: bad input ends in one line on stderr and exit code 2
-    (``--debug`` or REASONING_RL_DEBUG=1 adds its traceback); docs/errors.md."""
-    run_hydra_app(PROG, ELSEWHERE, _hydra_main)
+    (``--debug`` or REASONING_RL_DEBUG=1 adds its traceback); docs/errors.md. SIGTERM ends the run
+    with its status recorded (:class:`Terminated`), one line and exit code 128 + 15."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        run_hydra_app(PROG, ELSEWHERE, _hydra_main)
+    except Terminated as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        raise SystemExit(128 + exc.signum) from None
 
 
 if __name__ == "__main__":

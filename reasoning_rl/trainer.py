@@ -112,7 +112,8 @@ class Trainer:
         # trainer.keep_freed_memory: glibc keeps freed blocks (tiny models: no page faults) or returns large ones.
         allocator, settings = allocator_choice(cfg.trainer.keep_freed_memory,
                                                sum(p.numel() for p in self.model.parameters()), self.device.type == "cpu")
-        log.info("memory allocator: %s (trainer.keep_freed_memory=%s)%s", allocator, cfg.trainer.keep_freed_memory,
+        setting = "auto" if cfg.trainer.keep_freed_memory is None else cfg.trainer.keep_freed_memory
+        log.info("memory allocator: %s (trainer.keep_freed_memory=%s)%s", allocator, setting,
                  "" if set_allocator(settings) else "; not applied: this C library has no mallopt or refused it")
         mark_precision(self.model, cfg.trainer.precision)  # engines with their own weights (vLLM) follow it
         # model.runtime, decided once: the training log-probs and the native engine run what it says.

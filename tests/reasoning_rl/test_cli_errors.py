@@ -200,3 +200,33 @@ def test_a_run_stopped_by_bad_data_leaves_a_true_record_and_a_reusable_folder(tm
     assert status["error"] == "MissingSolutionError: algo=sft needs a reference solution for every training row"
     # The corrected command (another algorithm) may use the folder: nothing was trained there.
     assert prepare_run_folder(run, OmegaConf.to_container(grpo, resolve=True), to_train_config(grpo)) is False
+
+
+def test_sigterm_mid_training_records_failed_with_its_stage_and_exits_143(tmp_path):
+    # `kill`, `timeout` or a scheduler's limit: the status says failed (not running forever), one line, 128 + 15.
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    args = [a for a in TINY if not a.startswith("trainer.steps=")] + ["trainer.steps=100000", "trainer.save_every=0",
+                                                                    f"trainer.output_dir={run_dir}"]
+    proc = subprocess.Popen([sys.executable, "-m", "reasoning_rl.cli", *args], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text().strip():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == (PROG + "terminated by SIGTERM; the last checkpoint is intact: "
+                                            "resume with trainer.resume=true")
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "failed" and status["stage"] == "training"
+    assert "terminated by SIGTERM" in status["error"]
