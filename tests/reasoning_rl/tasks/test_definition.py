@@ -19,7 +19,7 @@ from reasoning_rl.tasks.definition import (
 
 def test_every_shipped_benchmark_is_listed() -> None:
     assert list_definitions() == ["aime24", "arithmetic", "code_synthetic", "gsm8k", "humaneval", "math", "math500",
-                                 "mbpp", "mbpp_sanitized", "stdio_code"]
+                                 "mbpp", "mbpp_sanitized", "multiply", "multiply_tool", "stdio_code"]
 
 
 def test_unknown_benchmark_suggests_close_names() -> None:
