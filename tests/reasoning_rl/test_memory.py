@@ -30,11 +30,8 @@ def test_shared_tensors_count_once():
     assert training_state_bytes([frozen], []) == {"parameters": 48, "gradients": 0, "optimizer": 0}
 
 
-_PROBE = """
+_LIBC = """
 import ctypes, sys
-if sys.argv[1] == "keep":
-    from reasoning_rl.memory import keep_freed_memory
-    assert keep_freed_memory() is True
 
 class MallInfo2(ctypes.Structure):  # glibc >= 2.33
     _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
@@ -44,6 +41,13 @@ libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = MallInfo2
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
 libc.free.argtypes = (ctypes.c_void_p,)
+"""
+"""glibc's malloc, free and mallinfo2 through ctypes, for the probes below (run in fresh processes)."""
+
+_PROBE = _LIBC + """
+if sys.argv[1] == "keep":
+    from reasoning_rl.memory import keep_freed_memory
+    assert keep_freed_memory() is True
 before = libc.mallinfo2()
 block = libc.malloc(24 << 20)  # 24 MiB
 ctypes.memset(block, 1, 24 << 20)
@@ -75,18 +79,10 @@ def test_kept_memory_comes_from_the_heap_and_stays_there_after_free():
     assert _probe("keep") == (0, 0)  # from the heap; the heap did not shrink
 
 
-_REPEAT_PROBE = """
-import ctypes, sys
+_REPEAT_PROBE = _LIBC + """
 if sys.argv[1] == "return":
     from reasoning_rl.memory import RETURN_LARGE_BLOCKS, set_allocator
     assert set_allocator(RETURN_LARGE_BLOCKS) is True
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
-                                                     "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-libc = ctypes.CDLL(None)
-libc.mallinfo2.restype = MallInfo2
-libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
-libc.free.argtypes = (ctypes.c_void_p,)
 libc.free(libc.malloc(4 << 20))  # a 4 MiB block freed: glibc's defaults then raise the mmap threshold past it
 before = libc.mallinfo2()
 block = libc.malloc(4 << 20)
