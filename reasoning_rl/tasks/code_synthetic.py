@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reasoning_rl.tasks.synthetic import check_split, draw, problem_split
+from reasoning_rl.tasks.synthetic import draw, problem_split
 
 
 @dataclass(frozen=True)
@@ -48,17 +48,32 @@ OPERATIONS: dict[str, Operation] = {
     "mod": Operation("the remainder of x divided by {c}", "x % {c}", lambda x, c: x % c),
     "max": Operation("the larger of x and {c}", "max(x, {c})", lambda x, c: max(x, c)),
     "min": Operation("the smaller of x and {c}", "min(x, {c})", lambda x, c: min(x, c)),
+    "absdiff": Operation("the distance between x and {c}", "abs(x - {c})", lambda x, c: abs(x - c)),
+    "twice": Operation("twice x plus {c}", "2 * x + {c}", lambda x, c: 2 * x + c),
 }
 
-TEST_INPUTS: tuple[int, ...] = (-7, -2, 0, 3, 8, 13, 21, 44, 997)
-"""Inputs of the hidden tests, never in the prompt. With constants 1-30, any two functions of the grid
+TEST_INPUTS: tuple[int, ...] = (-7, -2, 0, 3, 8, 13, 21, 44, 9973)
+"""Inputs of the hidden tests, never in the prompt. With constants 1-99, any two functions of the grid
 that differ somewhere in -1000..1000 differ on one of these (tests/reasoning_rl/tasks/test_code_synthetic.py):
-negatives tell ``//`` from ``%``, 997 tells ``x // 25`` from ``x // 26``."""
+negatives tell ``//`` from ``%``; 9973 tells ``x // c`` from ``x // (c + 1)`` (9973 / c - 9973 / (c + 1) >= 1
+while c * (c + 1) <= 9973; 997 told them apart only up to c = 30)."""
+
+
+DEFAULT_OPERATIONS = ",".join(OPERATIONS)
+"""Every operation: the default grid is these 10 times constants 1-99, 990 functions (239 held out)."""
 
 
 def stub(op: Operation, c: int) -> str:
     """The prompt: the function's signature, its docstring, and ``return `` left open."""
     return f'def f(x):\n    """Return {op.words.format(c=c)}."""\n    return '
+
+
+def function_split(prompt: str, test_fraction: float, validation_fraction: float = 0.0) -> str:
+    """``test`` for a ``test_fraction`` of stubs; of the rest, ``validation`` for a ``validation_fraction``
+    (by an independent hash), else ``train``."""
+    if problem_split(prompt, test_fraction) == "test":
+        return "test"
+    return "validation" if problem_split("validation:" + prompt, validation_fraction) == "test" else "train"
 
 
 def check_code(op: Operation, c: int) -> str:
@@ -71,10 +86,11 @@ def make_code_dataset(
     num_examples: int,
     seed: int,
     split: str,
-    max_constant: int = 30,
-    operations: str = "add,sub,rsub,mul,floordiv,mod,max,min",
-    test_fraction: float = 0.2,
+    max_constant: int = 99,
+    operations: str = DEFAULT_OPERATIONS,
+    test_fraction: float = 0.25,
     cycle: bool = True,
+    validation_fraction: float = 0.0,
 ) -> list[dict]:
     """``num_examples`` problems of ``split`` (``train``/``test``), sampled with ``seed``.
 
@@ -82,8 +98,16 @@ def make_code_dataset(
     ``check``), ``entry_point`` (``"f"``), ``solution`` (the reference expression, the warm
     start's target). ``operations`` is a comma-separated subset of :data:`OPERATIONS`. The split is
     cycled like the arithmetic task's (:func:`reasoning_rl.tasks.synthetic.draw`).
+
+    ``validation_fraction`` > 0 moves that share of the TRAINING functions (a second hash of the stub)
+    to a ``validation`` split, for choosing settings without looking at ``test``; ``train`` then
+    leaves them out. ``test`` is the same whatever ``validation_fraction`` is.
     """
-    check_split("code_synthetic", split)
+    if split not in ("train", "validation", "test"):
+        raise ValueError(f"code_synthetic split must be 'train', 'validation' or 'test', got {split!r}")
+    if split == "validation" and validation_fraction <= 0:
+        raise ValueError("the code_synthetic validation split is empty: set its share of the training functions, "
+                         "e.g. +task.source_kwargs.validation_fraction=0.2")
     names = [n.strip() for n in operations.split(",") if n.strip()]
     unknown = sorted(set(names) - set(OPERATIONS))
     if unknown or not names:
@@ -95,7 +119,7 @@ def make_code_dataset(
         op = OPERATIONS[name]
         for c in range(1, max_constant + 1):
             prompt = stub(op, c)
-            if problem_split(prompt, test_fraction) == split:
+            if function_split(prompt, test_fraction, validation_fraction) == split:
                 pool.append({"id": f"code_synthetic/{name}/{c}", "prompt": prompt, "test": check_code(op, c),
                              "entry_point": "f", "solution": op.code.format(c=c)})
     if not pool:
