@@ -101,7 +101,8 @@ class Panel:
 
 DASHBOARD: tuple[Panel, ...] = (
     Panel("reward and train accuracy", (("reward/mean", "reward/mean"), ("accuracy/train", "accuracy/train"))),
-    Panel("held-out accuracy", (("eval/greedy_accuracy", "greedy"), ("eval/sampled_accuracy", "sampled"))),
+    Panel("held-out accuracy", (("eval/greedy_accuracy", "greedy"), ("eval/sampled_accuracy", "sampled"),
+                                ("eval/retention/greedy_accuracy", "second task, greedy (retention)"))),
     Panel("KL per token", (("kl/mean", "to reference (k3)"), ("kl/base_forward", "to base, forward"))),
     Panel("entropy per token", (("entropy/mean", "entropy/mean"),)),
     Panel("completion length (tokens)", (("completion/length_mean", "mean"), ("completion/length_max", "max"))),

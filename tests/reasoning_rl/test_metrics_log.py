@@ -53,3 +53,12 @@ def test_heldout_before_and_after_become_the_panels_ends():
     rows = with_heldout_ends(plain, before, after, last_step=2)
     assert [(m["step"], m.get("eval/greedy_accuracy")) for m in rows] == [(0, 0.1), (1, None), (2, None), (2, 0.4)]
     assert [t for t, _ in dashboard_panels(rows)] == ["reward and train accuracy", "held-out accuracy"]
+
+
+def test_retention_joins_the_heldout_panel_when_it_ran():
+    # evaluation.retention: eval_before/after.json carry retention/* keys, drawn beside the task's own accuracy
+    before = {"greedy_accuracy": 0.2, "retention/greedy_accuracy": 0.05}
+    after = {"greedy_accuracy": 0.5, "retention/greedy_accuracy": 0.03}
+    rows = with_heldout_ends([{"step": 1, "reward/mean": 0.0}], before, after, last_step=1)
+    held_out = dict(dashboard_panels(rows))["held-out accuracy"]
+    assert [k for k, _ in held_out] == ["eval/greedy_accuracy", "eval/retention/greedy_accuracy"]
