@@ -29,4 +29,29 @@ def async_problems(cfg: Any) -> list[str]:
                    "cannot be known ahead); drop one of them")
     if getattr(getattr(cfg.model, "lora", None), "r", 0):
         out.append("rollout.max_staleness with model.lora.r > 0 is not supported (untested); drop one of them")
+    if getattr(cfg.task, "env", None) is not None:
+        out.append(f"rollout.max_staleness with task.env={cfg.task.env!r} is not supported (each turn of an episode "
+                   "is prompted by the last one's observation, so its prompts cannot be requested ahead); set "
+                   "rollout.max_staleness=0")
     return out
+
+
+def reference_refusal(cfg: Any) -> str | None:
+    """Why the generator process does not compute the reference log-probs of its completions (None: it does).
+
+    The one rule: the generator computes log pi_ref of what it sampled when the algorithm's update reads
+    them (it offers its reference: ``generator_reference``, the grpo module) and pi_ref is one frozen model
+    for the whole run; otherwise the update computes them, as in the synchronous loop. So not with
+    ``algo.beta=0`` (no reference), ``algo.ref_reset_every > 0`` (pi_ref becomes the policy of the step that
+    resets it, which the generator of a step ahead does not have yet) or LoRA (pi_ref is the policy's base
+    with its adapter off: no model of its own)."""
+    a = cfg.algo
+    if not cfg.rollout.max_staleness:
+        return "rollout.max_staleness=0: no generator process"
+    if not getattr(a, "beta", 0.0):
+        return "algo.beta=0: no reference model"
+    if getattr(a, "ref_reset_every", 0):
+        return f"algo.ref_reset_every={a.ref_reset_every}: the reference changes during the run"
+    if getattr(getattr(cfg.model, "lora", None), "r", 0):
+        return "model.lora.r > 0: the reference is the policy's base with its adapter off"
+    return None

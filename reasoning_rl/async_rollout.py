@@ -12,15 +12,32 @@ batch of step s + k - 1 ... s + k with versions it already has; on 2 cores with 
 s + 1 overlaps the update of step s. The run is deterministic, and it samples what the synchronous
 ``rollout.inject.stale=k`` run of the same seed samples (the same weights, prompts and seed per step).
 
+The work is split so that both sides of a step cost about the same (the generator's core would idle
+otherwise). For each step the generator process
+
+    samples      the completions (the engine of ``rollout.backend``)
+    scores       their rewards (the task's reward, in reward workers of its own), and
+    references   their log-probs under the frozen pi_ref, in the micro-batches and precision of the
+                 update (:class:`ReferenceJob`), when the algorithm offers one (``GRPO.generator_reference``;
+                 the rule: reasoning_rl.async_checks.reference_refusal)
+
+and the trainer's critical path is the policy forward and backward. What the generator computed is
+exactly what the trainer would have: the rewards come from the same verifiers on the same inputs
+(:class:`PrescoredReward` hands them over only for exactly those inputs, else the trainer scores), and the
+reference log-probs from the same rows in the same micro-batches (bit-identical at the same thread count;
+float rounding of the matrix products otherwise, docs/offpolicy.md).
+
 What travels (:class:`AsyncEngine`, the trainer side):
-- requests: a step's prompts, group size, sampling settings, seed and the version to sample with, sent
-  up to k steps ahead (:meth:`AsyncEngine.prefetch`); the prompts of a future step come from the prompt
-  sampler's :meth:`~reasoning_rl.prompt_sampler.PromptSampler.upcoming`, and the algorithm's own request
-  must then match the one prefetched (else the run stops, naming both);
+- requests: a step's prompts (with their references and fields, for the rewards), group size, sampling
+  settings, seed and the version to sample with, sent up to k steps ahead (:meth:`AsyncEngine.prefetch`);
+  the prompts of a future step come from the prompt sampler's
+  :meth:`~reasoning_rl.prompt_sampler.PromptSampler.upcoming`, and the algorithm's own request must then
+  match the one prefetched (else the run stops, naming both);
 - weights: every version, after each update, as one flat shared-memory tensor per dtype
-  (:func:`pack_state`: one copy of the parameters, no pickling of tensors one by one);
-- results: the completions (token ids, text, behaviour log-probs, ``policy_version``). Rewards are
-  computed by the trainer, as in the synchronous loop.
+  (:func:`pack_state`: one copy of the parameters, no pickling of tensors one by one); the reference once
+  (its tensors shared with the trainer's copy, no second one);
+- results: the completions (token ids, text, behaviour log-probs, ``policy_version``, ``ref_logprobs``)
+  and their rewards (:class:`Scored`), with the seconds each part took.
 
 A generator that dies (or raises) stops the run with an :class:`GeneratorError` naming its exit code
 and traceback; the trainer never waits on a dead process.
@@ -36,10 +53,14 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from reasoning_rl.algo.batch import sampled_support, trained_tokens
+from reasoning_rl.policy.logprobs import frozen_logprobs
+from reasoning_rl.policy.precision import MixedPrecision
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +115,95 @@ def load_weights_(model: Any, state: dict[str, torch.Tensor]) -> None:
             target.copy_(state[name])
 
 
+# -- what the generator computes besides sampling ----------------------------------------------------
+@dataclass
+class ReferenceJob:
+    """The frozen reference pi_ref and how the algorithm's update computes the log-probs of a step's
+    completions under it (:func:`~reasoning_rl.policy.logprobs.frozen_logprobs` over the step's rows, in the
+    update's micro-batches and autocast): the generator computes them the same way for its completions."""
+
+    model: Any
+    """pi_ref, frozen for the whole run (its tensors reach the generator in shared memory, not copied)."""
+    micro_batch: int
+    """Rows a forward pass: the update's ``algo.micro_batch_size``."""
+    shared_rows: int
+    """Consecutive rows that share one prompt in that forward (reasoning_rl.algo.batch.micro_batching)."""
+    precision: str
+    """``trainer.precision``: the autocast the update computes them under."""
+    eos_token_id: int
+    """An empty completion is trained as its EOS (reasoning_rl.algo.batch.trained_tokens)."""
+    pad_token_id: int
+
+    def logprobs(self, completions: Sequence[Any], sampling: Any) -> list[list[float]]:
+        """log pi_ref of every trained token of ``completions`` (one list per completion, in order)."""
+        rows = [trained_tokens(c.token_ids, self.eos_token_id, c.loss_mask) for c in completions]
+        prompts = [list(c.prompt_token_ids) for c in completions]
+        device_type = next(self.model.parameters()).device.type
+        with MixedPrecision(self.precision, device_type).autocast():
+            out = frozen_logprobs(self.model, prompts, rows, self.pad_token_id, sampling.temperature,
+                                  self.micro_batch, self.shared_rows, **sampled_support(sampling))
+        return [row.tolist() for row in out]
+
+
+def reference_rows(completions: Sequence[Any], trained: Sequence[Sequence[int]]) -> list[torch.Tensor] | None:
+    """The generator's pi_ref log-probs of each completion's trained tokens (``Completion.ref_logprobs``),
+    one ``[len]`` float32 row each, as ``frozen_logprobs`` returns them; None unless every completion
+    carries one per trained token (the update then runs the reference forward itself)."""
+    lps = [getattr(c, "ref_logprobs", None) for c in completions]
+    if not lps or any(lp is None or len(lp) != len(t) for lp, t in zip(lps, trained, strict=True)):
+        return None
+    return [torch.tensor(lp, dtype=torch.float32) for lp in lps]
+
+
+@dataclass
+class Scored:
+    """The rewards the generator computed for one step's completions, with the exact inputs it scored."""
+
+    texts: list[str]
+    references: list[Any]
+    fields: list[dict[str, Any]]
+    scores: Any
+    """What ``reward.score(texts, references, fields)`` returned (rewards.compose.CompositeScores)."""
+
+    def matches(self, texts: Sequence[str], references: Sequence[Any], fields: Sequence[Any] | None) -> bool:
+        return (list(texts), list(references), [dict(f) for f in fields or [{} for _ in texts]]) == \
+            (self.texts, self.references, self.fields)
+
+
+def score_step(reward: Any, groups: Sequence[Sequence[Any]], req: Request, timeout: float, pool: Any) -> Scored:
+    """The rewards of one request's completions, from the inputs the trainer's rollout scores
+    (reasoning_rl.groups.sample_and_score: each prompt's reference, its fields and the completion's length)."""
+    completions = [c for g in groups for c in g]
+    refs = [ref for ref, g in zip(req.references, groups) for _ in g]
+    fields = [{**f, "num_completion_tokens": c.num_tokens} for f, g in zip(req.fields, groups) for c in g]
+    texts = [c.text for c in completions]
+    return Scored(texts, refs, fields, reward.score(texts, refs, fields, timeout=timeout, pool=pool))
+
+
+class PrescoredReward:
+    """The trainer's reward (``ctx.reward``) when the generator scores the rollouts: :meth:`score` returns
+    the scores the generator computed when asked for exactly the inputs it scored (the verifiers are pure
+    functions of them), and scores in the trainer otherwise (saying so once). Everything else is the
+    task's reward's (``specs``, ``verifiers``)."""
+
+    def __init__(self, reward: Any, engine: AsyncEngine) -> None:
+        self.reward, self.engine = reward, engine
+        self.specs, self.verifiers, self.none_policy = reward.specs, reward.verifiers, reward.none_policy
+        self._warned = False
+
+    def score(self, completions: Sequence[str], references: Sequence[Any],
+              fields: Sequence[Any] | None = None, *, timeout: float = 10.0, pool: Any = None) -> Any:
+        scored = self.engine.take_scored()
+        if scored is not None and scored.matches(completions, references, fields):
+            return scored.scores
+        if scored is not None and not self._warned:
+            self._warned = True
+            log.warning("rollout.max_staleness: the generator scored other inputs than the rollout asks for "
+                        "(reasoning_rl.async_rollout.score_step and reasoning_rl.groups.sample_and_score "
+                        "differ); the trainer scores the rewards itself from here on (correct, slower)")
+        return self.reward.score(completions, references, fields, timeout=timeout, pool=pool)
+
+
 # -- the generator process ----------------------------------------------------------------------------
 @dataclass
 class Request:
@@ -105,17 +215,45 @@ class Request:
     sampling: Any
     seed: int
     version: int
+    references: list[Any] | None = None
+    """Each prompt's reference answer, and below its fields: with them the generator scores the rewards."""
+    fields: list[dict[str, Any]] | None = None
 
 
-def _generator_main(model: Any, tokenizer: Any, backend: str, batch_size: int, inbox: Any, outbox: Any,
-                    parent_pid: int) -> None:
-    """The generator process: serve requests in order, each with the weights of its version."""
+@dataclass
+class RewardSettings:
+    """How the generator scores: the task's reward, ``rollout.reward_workers``, ``rollout.reward_timeout``."""
+
+    reward: Any
+    workers: int | None
+    timeout: float
+
+
+@dataclass
+class Result:
+    """One request's completions, their rewards (None: not scored there) and the seconds of each part."""
+
+    step: int
+    groups: list[list[Any]]
+    scored: Scored | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _generator_main(model: Any, tokenizer: Any, backend: str, batch_size: int, rewards: RewardSettings | None,
+                    inbox: Any, outbox: Any, parent_pid: int) -> None:
+    """The generator process: serve requests in order, each with the weights of its version; score the
+    completions and compute their reference log-probs when it has what they need."""
     torch.set_num_threads(1)
+    pool = None
     try:
         from reasoning_rl.policy.engines import make_engine
+        from rewards.pool import WorkerPool
 
         model.requires_grad_(False)
         engine = make_engine(backend, model, tokenizer, batch_size=batch_size)
+        if rewards is not None:
+            pool = WorkerPool(rewards.workers)
+        reference: ReferenceJob | None = None
         weights: dict[int, tuple[dict[torch.dtype, torch.Tensor], Layout]] = {}
         pending: deque[Request] = deque()
         loaded = -1
@@ -131,6 +269,8 @@ def _generator_main(model: Any, tokenizer: Any, backend: str, batch_size: int, i
             if kind == "weights":
                 version, buffers, layout = payload
                 weights[version] = (buffers, layout)
+            elif kind == "reference":
+                reference = payload
             elif kind == "request":
                 pending.append(payload)
             while pending and pending[0].version in weights:
@@ -141,36 +281,61 @@ def _generator_main(model: Any, tokenizer: Any, backend: str, batch_size: int, i
                     loaded = req.version
                 for v in [v for v in weights if v < req.version]:
                     del weights[v]  # versions only go up: older ones are never needed again
-                t0 = time.perf_counter()
-                groups = engine.generate(req.prompts, req.n, req.sampling, seed=req.seed)
-                for g in groups:
-                    for c in g:
-                        c.policy_version = req.version
-                outbox.put(("result", req.step, groups, time.perf_counter() - t0))
+                outbox.put(("result", _serve(req, engine, reference, rewards, pool)))
     except BaseException:  # reported to the trainer, which stops the run with it
-        outbox.put(("error", None, traceback.format_exc(), 0.0))
+        outbox.put(("error", traceback.format_exc()))
         raise
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _serve(req: Request, engine: Any, reference: ReferenceJob | None, rewards: RewardSettings | None,
+           pool: Any) -> Result:
+    """Sample one request; then its reference log-probs and its rewards, when the generator does them."""
+    t0 = time.perf_counter()
+    groups = engine.generate(req.prompts, req.n, req.sampling, seed=req.seed)
+    completions = [c for g in groups for c in g]
+    for c in completions:
+        c.policy_version = req.version
+    seconds = {"sample": time.perf_counter() - t0}
+    if reference is not None:
+        t0 = time.perf_counter()
+        for c, lp in zip(completions, reference.logprobs(completions, req.sampling)):
+            c.ref_logprobs = lp
+        seconds["reference"] = time.perf_counter() - t0
+    scored = None
+    if rewards is not None and req.references is not None and req.fields is not None:
+        t0 = time.perf_counter()
+        scored = score_step(rewards.reward, groups, req, rewards.timeout, pool)
+        seconds["reward"] = time.perf_counter() - t0
+    return Result(req.step, groups, scored, seconds)
 
 
 class AsyncEngine:
     """The trainer's side of the generator process: a rollout engine whose ``generate`` returns the
     step's prefetched rollouts (module docstring)."""
 
-    def __init__(self, model: Any, tokenizer: Any, backend: str, max_staleness: int, batch_size: int = 64) -> None:
-        """Start the generator with a copy of ``model`` (its weights follow by :meth:`update_policy`)."""
+    def __init__(self, model: Any, tokenizer: Any, backend: str, max_staleness: int, batch_size: int = 64,
+                 rewards: RewardSettings | None = None) -> None:
+        """Start the generator with a copy of ``model`` (its weights follow by :meth:`update_policy`); with
+        ``rewards`` it scores the completions too (the trainer reads them through :class:`PrescoredReward`)."""
         if max_staleness < 1:
             raise ValueError(f"max_staleness must be >= 1, got {max_staleness}")
         self.k, self.tokenizer = max_staleness, tokenizer
         ctx = torch.multiprocessing.get_context("spawn")
         self.inbox, self.outbox = ctx.Queue(), ctx.Queue()
         self.process = ctx.Process(target=_generator_main, name="rollout-generator", daemon=True,
-                                   args=(copy.deepcopy(model), tokenizer, backend, batch_size, self.inbox,
+                                   args=(copy.deepcopy(model), tokenizer, backend, batch_size, rewards, self.inbox,
                                          self.outbox, os.getpid()))
         self.process.start()
         self.sent: deque[Request] = deque()  # requests sent, not yet returned, in step order
         self.next_step = 0  # the first step not yet requested
         self.history: deque[tuple[int, tuple[dict[torch.dtype, torch.Tensor], Layout]]] = deque(maxlen=self.k + 1)
         self.policy_version = 0
+        self.scores_rewards = rewards is not None
+        self.reference_sent = False
+        self._scored: Scored | None = None
         self._metrics: dict[str, float] = {}
 
     # -- weights
@@ -194,6 +359,14 @@ class AsyncEngine:
         for version, state in history:
             self._send_weights(version, pack_state(state))
 
+    def set_reference(self, job: ReferenceJob) -> None:
+        """From now on the generator computes the reference log-probs of its completions (``job``, sent
+        once; before the first request, so every step's completions carry them)."""
+        if self.sent or self.next_step:
+            raise ValueError("the reference must reach the generator before the first rollout request")
+        self.inbox.put(("reference", job))
+        self.reference_sent = True
+
     # -- requests
     def prefetch(self, requests: Sequence[Request]) -> None:
         """Send the requests of steps not yet requested (in step order)."""
@@ -211,7 +384,8 @@ class AsyncEngine:
         self.next_step = step
 
     def generate(self, prompts: Sequence[str], n: int, sampling: Any, seed: int | None = None) -> list[list[Any]]:
-        """The prefetched rollouts of the oldest outstanding request, which must be this one."""
+        """The prefetched rollouts of the oldest outstanding request, which must be this one (their rewards,
+        when the generator scored them, wait for :meth:`take_scored`)."""
         if not self.sent:
             raise GeneratorError("rollout.max_staleness: the algorithm asked for rollouts no request was sent for "
                                  "(the trainer prefetches each step's before it runs)")
@@ -222,14 +396,22 @@ class AsyncEngine:
                                  f"n {req.n} vs {n}); this algorithm or setting cannot run asynchronously: set "
                                  f"rollout.max_staleness=0")
         t0 = time.perf_counter()
-        _, step, payload, seconds = self._receive()
+        result = self._receive()
         self.sent.popleft()
-        if step != req.step:
-            raise GeneratorError(f"rollout generator returned step {step}, expected {req.step}")
-        self._metrics.update({"time/generator_wait": time.perf_counter() - t0, "time/generator_busy": seconds})
-        return payload
+        if result.step != req.step:
+            raise GeneratorError(f"rollout generator returned step {result.step}, expected {req.step}")
+        self._scored = result.scored
+        self._metrics.update({"time/generator_wait": time.perf_counter() - t0,
+                              "time/generator_busy": sum(result.seconds.values()),
+                              **{f"time/generator_{part}": s for part, s in result.seconds.items()}})
+        return result.groups
 
-    def _receive(self) -> tuple[str, int, Any, float]:
+    def take_scored(self) -> Scored | None:
+        """The rewards of the rollouts :meth:`generate` returned last (once; None when not scored there)."""
+        out, self._scored = self._scored, None
+        return out
+
+    def _receive(self) -> Result:
         while True:
             try:
                 msg = self.outbox.get(timeout=POLL_S)
@@ -244,8 +426,8 @@ class AsyncEngine:
                                          f"memory?); the run stops. Rerun with rollout.max_staleness=0 to sample "
                                          f"in the trainer") from None
             if msg[0] == "error":
-                raise GeneratorError(f"the rollout generator process failed; the run stops. Its error:\n{msg[2]}")
-            return msg
+                raise GeneratorError(f"the rollout generator process failed; the run stops. Its error:\n{msg[1]}")
+            return msg[1]
 
     def pop_metrics(self) -> dict[str, float]:
         out, self._metrics = self._metrics, {}
@@ -264,9 +446,20 @@ class AsyncEngine:
             q.close()
 
 
-def async_engine(engine: Any, rollout: Any, model: Any, tokenizer: Any) -> Any:
+def async_engine(engine: Any, rollout: Any, model: Any, tokenizer: Any, reward: Any = None) -> Any:
     """The engine of the training rollouts: ``engine`` itself when ``rollout.max_staleness`` is 0, else an
-    :class:`AsyncEngine` (the caller keeps ``engine`` for evaluation)."""
+    :class:`AsyncEngine` (the caller keeps ``engine`` for evaluation) that scores with ``reward`` too
+    (when given; the trainer then reads the rewards through :func:`trainer_reward`)."""
     if not rollout.max_staleness:
         return engine
-    return AsyncEngine(model, tokenizer, rollout.backend, rollout.max_staleness, batch_size=rollout.batch_size)
+    rewards = None if reward is None else RewardSettings(reward, rollout.reward_workers, rollout.reward_timeout)
+    return AsyncEngine(model, tokenizer, rollout.backend, rollout.max_staleness, batch_size=rollout.batch_size,
+                       rewards=rewards)
+
+
+def trainer_reward(reward: Any, engine: Any) -> Any:
+    """The reward the algorithm scores its rollouts with: ``reward``, or a :class:`PrescoredReward` over it
+    when ``engine`` is an :class:`AsyncEngine` that scores."""
+    if isinstance(engine, AsyncEngine) and engine.scores_rewards:
+        return PrescoredReward(reward, engine)
+    return reward

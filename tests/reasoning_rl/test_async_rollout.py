@@ -8,7 +8,18 @@ import time
 import pytest
 import torch
 
-from reasoning_rl.async_rollout import AsyncEngine, GeneratorError, Request, pack_state, unpack_state
+from reasoning_rl.async_checks import reference_refusal
+from reasoning_rl.async_rollout import (
+    AsyncEngine,
+    GeneratorError,
+    PrescoredReward,
+    ReferenceJob,
+    Request,
+    Scored,
+    pack_state,
+    reference_rows,
+    unpack_state,
+)
 from reasoning_rl.checkpoint import load_trainer_state
 from reasoning_rl.config import ConfigError, validate
 from reasoning_rl.metrics_log import read_metrics
@@ -62,6 +73,7 @@ def test_settings_it_cannot_run_are_refused_in_one_message():
         (lambda c: setattr(c.rollout.inject, "stale", 1), "rollout.inject.stale=k is the synchronous equivalent"),
         (lambda c: setattr(c.trainer, "fsdp", True), "trainer.fsdp=true is not supported"),
         (lambda c: setattr(c.algo, "dynamic_sampling", True), "algo.dynamic_sampling=true"),
+        (lambda c: setattr(c.task, "env", "python_tool"), "task.env='python_tool' is not supported"),
     ]:
         cfg = tiny_config()
         cfg.rollout.max_staleness = 1
@@ -103,6 +115,9 @@ def test_async_k1_samples_what_the_synchronous_stale_run_samples(tmp_path):
     assert [m["mismatch/staleness_max"] for m in m_async] == [0.0, 1.0, 1.0, 1.0]
     assert any(m["advantage/abs_mean"] > 0 for m in m_async)  # the weights moved: staleness changes samples
     assert all(m["time/generator_busy"] > 0 and m["time/weight_sync"] >= 0 for m in m_async)
+    # The work moved (tiny_config: beta 0.04): the generator sampled, computed the reference log-probs in the
+    # update's micro-batches (bit-identical here: one thread on both sides) and scored the rewards.
+    assert all(m["time/generator_reference"] > 0 and m["time/generator_reward"] > 0 for m in m_async)
     assert [(r["completion"], r["reward"], r["policy_version"]) for r in c_async] == \
         [(r["completion"], r["reward"], r["policy_version"]) for r in c_stale]
     for a, b in zip(m_async, m_stale):
@@ -132,6 +147,98 @@ def test_ppo_runs_asynchronously_with_the_stale_runs_samples(tmp_path):
         rows[name] = [(r["completion"], r["reward"], r["policy_version"]) for r in _completions(tmp_path / name)]
     assert [v for _, _, v in rows["async"][::4]] == [0, 0, 1]
     assert rows["async"] == rows["stale"]
+    # PPO computes its reference log-probs in its own rollout (no generator_reference): the generator scores only.
+    metrics = read_metrics(tmp_path / "async" / "metrics.jsonl")
+    assert all("time/generator_reward" in m and "time/generator_reference" not in m for m in metrics)
+
+
+def test_which_reference_the_generator_computes_is_one_rule():
+    """The generator computes log pi_ref only of one frozen reference model: never with beta 0, a reference
+    reset during the run, or LoRA (the base with its adapter off); the update does then."""
+    cfg = tiny_config()
+    assert reference_refusal(cfg) == "rollout.max_staleness=0: no generator process"
+    cfg.rollout.max_staleness = 1
+    assert reference_refusal(cfg) is None  # tiny_config: GRPO, beta 0.04
+    for change, expected in [
+        (lambda c: setattr(c.algo, "beta", 0.0), "algo.beta=0"),
+        (lambda c: setattr(c.algo, "ref_reset_every", 2), "algo.ref_reset_every=2"),
+        (lambda c: setattr(c.model.lora, "r", 8), "model.lora.r > 0"),
+    ]:
+        cfg = tiny_config()
+        cfg.rollout.max_staleness = 1
+        change(cfg)
+        assert reference_refusal(cfg).startswith(expected)
+
+
+def test_a_reference_reset_keeps_the_reference_forward_in_the_update(tmp_path):
+    """algo.ref_reset_every=2: the generator does not compute the reference log-probs (pi_ref becomes the
+    policy of step 2, which it samples ahead of), and the run still matches rollout.inject.stale=1."""
+    runs = {}
+    for name in ("async", "stale"):
+        cfg = _learning_config(steps=3)
+        cfg.algo.ref_reset_every = 2
+        cfg.trainer.save_every = 0
+        cfg.evaluation.enabled = False
+        if name == "async":
+            cfg.rollout.max_staleness = 1
+        else:
+            cfg.rollout.inject.stale = 1
+        _train(cfg, tmp_path / name)
+        runs[name] = read_metrics(tmp_path / name / "metrics.jsonl")
+    assert all("time/generator_reference" not in m and m["time/generator_reward"] > 0 for m in runs["async"])
+    for a, b in zip(runs["async"], runs["stale"]):
+        assert {k: v for k, v in a.items() if not k.startswith(("time/", "throughput/"))} == \
+            {k: v for k, v in b.items() if not k.startswith(("time/", "throughput/"))}
+
+
+def test_reference_logprobs_of_another_batch_composition_differ_by_float_rounding():
+    """The generator computes log pi_ref in the update's micro-batches (bit-identical to the update's own); in
+    another composition (here 3 full rows a pass against 12 rows sharing each prompt) only the rounding of
+    the matrix products differs: within 1e-5 (measured 4.8e-7 on this model)."""
+    from reasoning_rl.policy.engines import make_engine
+    from reasoning_rl.policy.logprobs import frozen_logprobs
+
+    cfg = tiny_config()
+    model, tokenizer = load_model(cfg.model)
+    model.eval()
+    sampling = SamplingConfig(max_new_tokens=6, temperature=0.7, top_k=20)
+    groups = make_engine("native", model, tokenizer).generate(["1+1=", "12+7=", "3+4="], 4, sampling, seed=0)
+    completions = [c for g in groups for c in g]
+    job = ReferenceJob(model, micro_batch=3, shared_rows=1, precision="fp32", eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id)
+    for c, lp in zip(completions, job.logprobs(completions, sampling)):
+        c.ref_logprobs = lp
+    trained = [c.token_ids or [tokenizer.eos_token_id] for c in completions]
+    ours = reference_rows(completions, trained)
+    theirs = frozen_logprobs(model, [c.prompt_token_ids for c in completions], trained, tokenizer.pad_token_id,
+                             0.7, 12, 4, top_k=20)
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(ours, theirs))
+    assert reference_rows(completions, [[*t, 0] for t in trained]) is None  # other rows: the update computes them
+    completions[0].ref_logprobs = None
+    assert reference_rows(completions, trained) is None  # one missing: the update computes them all
+
+
+def test_the_generators_rewards_are_used_only_for_exactly_the_inputs_it_scored():
+    """PrescoredReward hands over the generator's scores when the rollout asks for the texts, references and
+    fields the generator scored (once), and scores in the trainer otherwise."""
+    from types import SimpleNamespace
+
+    from rewards.compose import CompositeReward, RewardSpec
+    from rewards.pool import WorkerPool
+
+    reward = CompositeReward([RewardSpec(name="format", options={"pattern": "[0-9]"})])
+    pool = WorkerPool(0)
+    texts, refs, fields = ["a1", "b"], ["2", "3"], [{"n": 1}, {"n": 2}]
+    # Scores that are not the texts' own ([1, 0]), to tell whose were returned.
+    marked = reward.score(["b", "a1"], refs, fields, pool=pool)
+    waiting: list[Scored | None] = []
+    prescored = PrescoredReward(reward, SimpleNamespace(take_scored=lambda: waiting.pop() if waiting else None))
+    waiting.append(Scored(texts, refs, fields, marked))
+    assert prescored.score(texts, refs, fields, pool=pool).rewards == [0.0, 1.0]  # the generator's
+    assert prescored.score(texts, refs, fields, pool=pool).rewards == [1.0, 0.0]  # taken once: scored here
+    waiting.append(Scored(texts, refs, fields, marked))
+    assert prescored.score(texts, refs, [{"n": 1}, {"n": 3}], pool=pool).rewards == [1.0, 0.0]  # other fields
+    assert prescored.specs == reward.specs and prescored.verifiers == reward.verifiers
 
 
 def test_a_resumed_async_run_matches_the_uninterrupted_run(tmp_path, resume_matches_uninterrupted_run):
