@@ -62,7 +62,9 @@ def sample_and_score(ctx: RunContext, examples: list[Example], n: int, seed: int
     fields = [{**e.fields, "num_completion_tokens": c.num_tokens} for e, g in zip(examples, groups) for c in g]
     scored = ctx.reward.score([c.text for c in completions], refs, fields,
                               timeout=ctx.cfg.rollout.reward_timeout, pool=ctx.pool)
-    rewards = torch.tensor([math.nan if r is None else r for r in scored.rewards],
+    # An episode's environment may scale its reward (code_feedback's attempt_discount); 1 otherwise.
+    rewards = torch.tensor([math.nan if r is None else r * getattr(c, "reward_scale", 1.0)
+                            for r, c in zip(scored.rewards, completions)],
                            dtype=torch.float32).view(len(examples), n)  # [B, n]
     failures = {
         "timeouts": sum(b.num_timeouts for b in scored.components.values()),
@@ -156,8 +158,30 @@ def completion_rows(ro: ScoredGroups, advantages: torch.Tensor | None = None) ->
             "verifier_info": {k: dict(b.results[i].info) for k, b in ro.components.items()},
             "finish_reason": c.finish_reason, "num_tokens": c.num_tokens,
             **({"tamper": _tampered(ro, i)} if ro.tamper_kinds else {}),
+            **episode_fields(c),
         })
     return rows
+
+
+def episode_fields(c: Completion) -> dict[str, Any]:
+    """A multi-turn episode's parts for its ``completions.jsonl`` row (docs/tools.md); {} for a
+    single-turn completion. ``turns``: role (``sampled`` / ``observation``), text, token span
+    ``[start, end)`` in the completion's tokens, and for a turn the environment answered its tool
+    status and step reward; ``loss_mask_spans``: the ``[start, end)`` spans the loss trains on;
+    ``reward_scale``: the environment's factor on the reward."""
+    turns = getattr(c, "turns", None)
+    if turns is None:
+        return {}
+    spans: list[list[int]] = []
+    for k, m in enumerate(c.loss_mask or [1] * c.num_tokens):
+        if m and spans and spans[-1][1] == k:
+            spans[-1][1] = k + 1
+        elif m:
+            spans.append([k, k + 1])
+    return {"turns": [{"role": t.role, "text": t.text, "tokens": [t.start, t.end],
+                       **({"tool": t.tool, "step_reward": t.reward} if t.tool != "none" or t.reward is not None
+                          else {})} for t in turns],
+            "loss_mask_spans": spans, "reward_scale": getattr(c, "reward_scale", 1.0)}
 
 
 def informative_groups(rewards: torch.Tensor, tol: float = 1e-8) -> torch.Tensor:

@@ -15,6 +15,7 @@ text only, so a new one is a small class: ``reset``, ``step`` and a ``stop`` mar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -31,10 +32,26 @@ class StepResult:
     """True ends the episode after this turn (no observation is appended)."""
     reward: float | None = None
     """A per-turn reward, recorded on the episode; the training reward stays the task's verifier on the
-    whole episode text (None = no per-turn reward)."""
+    episode's scored text (:meth:`Environment.scored_text`; None = no per-turn reward)."""
     tool: ToolStatus = "none"
     """What the turn's tool call gave: ``none`` (no call), ``ok``, ``error`` (the program failed, or the
     call was malformed) or ``timeout`` (killed at the time limit); counted in the ``env/*`` metrics."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One part of an episode: a policy turn (``sampled``, trained on) or an ``observation`` (context)."""
+
+    role: Literal["sampled", "observation"]
+    text: str
+    start: int
+    """First token of the part in the completion's ``token_ids`` (after the prompt)."""
+    end: int
+    """One past its last token: ``token_ids[start:end]``; ``loss_mask`` is 1 there for ``sampled``."""
+    tool: ToolStatus = "none"
+    """A sampled turn handed to the environment: what its step gave (``StepResult.tool``)."""
+    reward: float | None = None
+    """A sampled turn handed to the environment: its ``StepResult.reward``."""
 
 
 class Environment:
@@ -54,6 +71,16 @@ class Environment:
     def step(self, model_text: str) -> StepResult:
         """React to one policy turn (its text, cut before the stop string)."""
         raise NotImplementedError
+
+    def scored_text(self, turns: Sequence[Turn]) -> str:
+        """The text the task's verifier scores (``Completion.text``): by default the whole episode, every
+        turn and observation in order; ``code_feedback``: the final attempt alone."""
+        return "".join(t.text for t in turns)
+
+    def reward_scale(self, turns: int) -> float:
+        """Factor on the episode's reward after ``turns`` policy turns (1 = the verifier's reward as it is;
+        ``code_feedback``'s ``attempt_discount`` makes later attempts worth less)."""
+        return 1.0
 
 
 @dataclass

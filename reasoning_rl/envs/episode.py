@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reasoning_rl.envs.base import Environment, EpisodeConfig
+from reasoning_rl.envs.base import Environment, EpisodeConfig, Turn
 from reasoning_rl.envs.registry import check_options, environment_class, get_environment
 from reasoning_rl.errors import UserError
 from reasoning_rl.rollout import Completion, SamplingConfig
@@ -79,13 +79,25 @@ class EpisodeStats:
 
 
 @dataclass
+class EpisodeCompletion(Completion):
+    """A whole episode as one completion, with its parts and the environment's reward factor."""
+
+    turns: list[Turn] = field(default_factory=list)
+    """The episode's parts in order: their spans tile ``token_ids``; ``text`` is what the environment
+    says the verifier scores (:meth:`Environment.scored_text`: all of them joined, by default)."""
+    reward_scale: float = 1.0
+    """The environment's factor on the task's reward (:meth:`Environment.reward_scale`; the training
+    reward is the verifier's times this, held-out accuracy reads the verifier alone)."""
+
+
+@dataclass
 class _Episode:
     env: Environment
     prompt_ids: list[int]
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # None while running
 
@@ -93,10 +105,14 @@ class _Episode:
         self.finish_reason = reason
 
     def add(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] | None, text: str) -> None:
+        self.turns.append(Turn("sampled" if sampled else "observation", text, len(self.ids), len(self.ids) + len(ids)))
         self.ids += ids
         self.mask += [1 if sampled else 0] * len(ids)
         self.logprobs += list(logprobs) if logprobs is not None else [math.nan] * len(ids)
-        self.text.append(text)
+
+    @property
+    def last_text(self) -> str:
+        return self.turns[-1].text
 
 
 class EpisodeEngine:
@@ -174,7 +190,7 @@ class EpisodeEngine:
                 e.end("stop")
             elif len(e.ids) >= budget:
                 self._cut_by_budget(e)
-            elif c.finish_reason == "length" or not any(s in e.text[-1] for s in e.env.stop):
+            elif c.finish_reason == "length" or not any(s in e.last_text for s in e.env.stop):
                 e.end(c.finish_reason)  # cut at rollout.max_new_tokens, or a stop string of rollout.stop
             else:
                 self._observe(e, c.text, last)
@@ -182,6 +198,7 @@ class EpisodeEngine:
     def _observe(self, e: _Episode, turn_text: str, last: bool) -> None:
         """Hand the turn (cut before the stop string) to the environment; append its observation."""
         step = e.env.step(turn_text)
+        e.turns[-1] = dataclasses.replace(e.turns[-1], tool=step.tool, reward=step.reward)
         if step.tool != "none":
             self.stats.tool_calls += 1
             self.stats.tool_errors += step.tool in ("error", "timeout")
@@ -208,12 +225,14 @@ class EpisodeEngine:
         self.stats.budget_cut += 1
         e.end("length")
 
-    def _completion(self, e: _Episode) -> Completion:
+    def _completion(self, e: _Episode) -> EpisodeCompletion:
         self.stats.episodes += 1
-        return Completion(text="".join(e.text), token_ids=e.ids, finish_reason=e.finish_reason or "length",
-                          prompt_token_ids=e.prompt_ids,
-                          policy_version=min(e.versions) if e.versions else None,
-                          logprobs=e.logprobs, loss_mask=e.mask)
+        sampled = sum(t.role == "sampled" for t in e.turns)
+        return EpisodeCompletion(text=e.env.scored_text(e.turns), token_ids=e.ids,
+                                 finish_reason=e.finish_reason or "length", prompt_token_ids=e.prompt_ids,
+                                 policy_version=min(e.versions) if e.versions else None,
+                                 logprobs=e.logprobs, loss_mask=e.mask, turns=list(e.turns),
+                                 reward_scale=e.env.reward_scale(sampled))
 
 
 def with_environment(task_cfg: Any, tokenizer: Any, engines: Sequence[Any],

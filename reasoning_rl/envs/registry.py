@@ -32,7 +32,8 @@ from reasoning_rl.errors import UserError
 ENTRY_POINT_GROUP = "reasoning_rl.environments"
 
 # Built-ins register themselves on import; importing lazily keeps `import reasoning_rl.envs` cheap.
-_BUILTIN_MODULES: dict[str, str] = {"python_tool": "reasoning_rl.envs.python_tool"}
+_BUILTIN_MODULES: dict[str, str] = {"python_tool": "reasoning_rl.envs.python_tool",
+                                     "code_feedback": "reasoning_rl.envs.code_feedback"}
 
 _REGISTRY: dict[str, type[Environment]] = {}
 _entry_points_loaded = False

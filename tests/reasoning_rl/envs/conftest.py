@@ -16,6 +16,11 @@ CORPUS = "```python\nprint(123 * 456)\n```\n```output\n56088\n```\nThe answer is
 def bpe_tokenizer():
     """A byte-level BPE trained on the tool format: ``print`` is one token, so the five character
     tokens p, r, i, n, t decode to text that re-encodes to different ids."""
+    return build_bpe_tokenizer()
+
+
+def build_bpe_tokenizer():
+    """The tokenizer of the :func:`bpe_tokenizer` fixture (for tests outside this folder)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
