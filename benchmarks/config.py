@@ -25,6 +25,7 @@ from reasoning_rl.config_checks import (
     problems_message,
     range_problems,
 )
+from reasoning_rl.envs.base import EpisodeConfig
 
 
 @dataclass
@@ -94,6 +95,15 @@ class EvalConfig:
     generation_chunk: int = 32
     """Problems generated between two cache writes (and progress-bar steps)."""
 
+    env: str | None = None
+    """Environment of multi-turn episodes (``code_feedback``, ``python_tool``, any registered name;
+    docs/tools.md): each sample is an episode with it, scored on its ``scored_text``, and the results add
+    turns used, tool calls, tool errors, timeouts and accuracy within each number of turns. null = one
+    completion per sample."""
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """How an episode runs when ``env`` is set, as training's ``task.episode``: ``episode.max_turns``, the
+    token budget ``episode.max_tokens``, the environment's options (``+episode.options.max_failures=2``)."""
+
     allow_code_execution: bool = False
     """Must be true for code benchmarks (humaneval, mbpp): they RUN model-written programs."""
     score_timeout: float | None = None
@@ -137,6 +147,8 @@ EVAL_RANGES: dict[str, Range] = {
     "score_timeout": POSITIVE,
     "score_workers": AT_LEAST_0,
     "grader_examples": AT_LEAST_0,
+    "episode.max_turns": AT_LEAST_1,
+    "episode.max_tokens": AT_LEAST_1,
 }
 """Allowed range of every numeric setting of ``reasoning-rl-eval``."""
 
@@ -182,6 +194,9 @@ def validate(cfg: EvalConfig) -> None:
     if cfg.tensor_parallel_size > 1 and cfg.backend == "hf":
         problems.append(f"tensor_parallel_size={cfg.tensor_parallel_size} shards the model over GPUs with vLLM, "
                         "which backend=hf cannot do; set backend=vllm (or auto on a GPU machine with the vllm extra) or tensor_parallel_size=1")
+    if cfg.env is not None and (cfg.samples or cfg.write_reference_samples):
+        problems.append(f"env={cfg.env} runs episodes with a model; samples= and write_reference_samples= "
+                        "generate nothing: drop env= or evaluate a model")
     if cfg.backend not in BACKENDS:
         problems.append(f"backend={cfg.backend!r} is unknown; choose one of {', '.join(BACKENDS)}")
     if problems:

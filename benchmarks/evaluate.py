@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from benchmarks.graders import grader_sensitivity
 from benchmarks.io import JsonlError, iter_jsonl, read_jsonl, write_json, write_jsonl
 from benchmarks.metrics import maj_at_k, mean_and_stderr, pass_at_k, reports_answers, vote_answer
+from reasoning_rl.envs.base import EpisodeConfig
 from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem
 from reasoning_rl.tasks.definition import DatasetDefinition
@@ -51,6 +52,11 @@ class CompletionSource:
     def completions(self, problems: Sequence[Problem], start_index: int) -> list[list[str]]:
         raise NotImplementedError
 
+    def episode_records(self) -> list[list[dict[str, Any]]] | None:
+        """The episodes behind the last :meth:`completions` call (one record per sample,
+        :func:`episode_record`), or None when the samples are single completions."""
+        return None
+
 
 @dataclass
 class EngineSource(CompletionSource):
@@ -63,16 +69,46 @@ class EngineSource(CompletionSource):
     seed: int | None = 0
     settings: dict[str, Any] = field(default_factory=dict)
     """Everything that shapes a completion (model, sampling, prompt format); hashed into ``key``."""
+    env: str | None = None
+    """Environment of multi-turn episodes (``env=``); None = one completion per sample."""
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """How an episode runs (``episode.*``) when ``env`` is set."""
+    tokenizer: Any = None
+    """The model's tokenizer: an episode tokenizes its observations (needed with ``env``)."""
 
     def __post_init__(self) -> None:
         self.key = settings_key(self.settings)
+        self._episodes: list[list[dict[str, Any]]] | None = None
 
     def completions(self, problems: Sequence[Problem], start_index: int) -> list[list[str]]:
         prompts = [self.build_prompt(p) for p in problems]
         # Seeded by position so a chunk gives the same samples whatever ran before it.
         seed = None if self.seed is None else self.seed + start_index
-        groups = self.engine.generate(prompts, self.n, self.sampling, seed=seed)
+        engine = self.engine
+        if self.env is not None:  # the same episode engine training's held-out evaluation runs
+            from reasoning_rl.envs.episode import EpisodeEngine
+            from reasoning_rl.tasks import Example
+
+            examples = [Example(p.task_id, prompt, p.reference, dict(p.fields)) for p, prompt in zip(problems, prompts)]
+            engine = EpisodeEngine(self.engine, self.tokenizer, self.env, self.episode, examples)
+        groups = engine.generate(prompts, self.n, self.sampling, seed=seed)
+        if self.env is not None:
+            self._episodes = [[episode_record(c, self.episode.max_tokens) for c in group] for group in groups]
         return [[c.text for c in group] for group in groups]
+
+    def episode_records(self) -> list[list[dict[str, Any]]] | None:
+        return self._episodes
+
+
+def episode_record(c: Any, max_tokens: int) -> dict[str, Any]:
+    """What the results keep of one episode: policy turns, tool calls, errors and timeouts, whether the
+    token budget cut it, and the whole text (turns and observations; ``completion`` is what was scored)."""
+    sampled = [t for t in c.turns if t.role == "sampled"]
+    return {"turns": len(sampled), "tool_calls": sum(t.tool != "none" for t in sampled),
+            "tool_errors": sum(t.tool in ("error", "timeout") for t in sampled),
+            "tool_timeouts": sum(t.tool == "timeout" for t in sampled),
+            "budget_cut": len(c.token_ids) >= max_tokens, "finish_reason": c.finish_reason,
+            "text": "".join(t.text for t in c.turns)}
 
 
 @dataclass
@@ -220,10 +256,12 @@ def evaluate(
         for c in range(0, len(todo), generation_chunk):
             chunk = todo[c:c + generation_chunk]
             texts = source.completions([problems[i] for i in chunk], chunk[0])
-            for i, group in zip(chunk, texts):
+            episodes = source.episode_records()
+            for k, (i, group) in enumerate(zip(chunk, texts)):
                 p = problems[i]
                 old = cache.get(p.task_id, {})
-                record = {"task_id": p.task_id, "gen_key": gen_keys[p.task_id], "completions": list(group)}
+                record = {"task_id": p.task_id, "gen_key": gen_keys[p.task_id], "completions": list(group),
+                          **({"episodes": episodes[k]} if episodes is not None else {})}
                 if old.get("completions") == record["completions"] and "verdicts" in old:
                     record.update(score_key=old.get("score_key"), verdicts=old["verdicts"])
                 cache[p.task_id] = record
@@ -277,6 +315,7 @@ def evaluate(
         "verifier": {"name": spec.verifier.name, "options": scoring.key_data.get("options", spec.verifier.options)},
         "metrics": compute_metrics(spec, problems, records, k_values, equal_pairs),
         **({"maj_votes": vote_counts(records)} if "maj@k" in spec.metrics else {}),
+        **({"episodes": episode_metrics(records)} if records and all("episodes" in r for r in records) else {}),
         **({"grader_sensitivity": sensitivity} if sensitivity else {}),
         "this_run": this_run,
         "problems": [
@@ -371,6 +410,40 @@ def compute_metrics(spec: DatasetDefinition, problems: Sequence[Problem], record
                 groups.setdefault(str(p.meta[col]), []).append(acc)
             metrics["breakdown"][col] = {g: mean_and_stderr(v).as_dict() for g, v in sorted(groups.items())}
     return metrics
+
+
+def episode_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Over every episode of the evaluation (``env=``): means of turns, tool calls and the tool error rate
+    (failed calls / calls, as ``env/tool_error_rate``), timeouts and budget cuts counted, and
+    ``accuracy_within_turns[t]``: accuracy counting a sample correct only when it used at most ``t`` turns
+    (for ``code_feedback`` an episode stops at its first passing attempt, so ``t = 1`` is the first-attempt
+    pass rate and ``t = 2`` the pass rate after the second attempt)."""
+    episodes = [e for r in records for e in r["episodes"]]
+    calls = sum(e["tool_calls"] for e in episodes)
+    most = max((e["turns"] for e in episodes), default=0)
+    within = {}
+    for t in range(1, most + 1):
+        per_problem = [sum(_is_correct(v) and e["turns"] <= t for v, e in zip(r["verdicts"], r["episodes"]))
+                       / len(r["episodes"]) for r in records]
+        within[str(t)] = mean_and_stderr(per_problem).as_dict()
+    n = max(1, len(episodes))
+    return {"episodes": len(episodes), "turns_mean": sum(e["turns"] for e in episodes) / n,
+            "tool_calls_mean": calls / n,
+            "tool_error_rate": sum(e["tool_errors"] for e in episodes) / calls if calls else 0.0,
+            "tool_timeouts": sum(e["tool_timeouts"] for e in episodes),
+            "budget_cut_fraction": sum(e["budget_cut"] for e in episodes) / n,
+            "accuracy_within_turns": within}
+
+
+def episode_line(r: dict[str, Any]) -> str | None:
+    """One printed line of a result's episode metrics (None without ``env=``)."""
+    e = r.get("episodes")
+    if e is None:
+        return None
+    within = ", ".join(f"<= {t} turns {format_metric(m)}%" for t, m in e["accuracy_within_turns"].items())
+    return (f"  episodes: {e['turns_mean']:.2f} turns, {e['tool_calls_mean']:.2f} tool calls, tool errors "
+            f"{100 * e['tool_error_rate']:.1f}%, {e['tool_timeouts']} timeouts, budget cut "
+            f"{100 * e['budget_cut_fraction']:.1f}% | accuracy {within}")
 
 
 def format_metric(m: dict[str, Any]) -> str:

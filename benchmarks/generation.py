@@ -32,9 +32,24 @@ class LazyEngine:
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
                  seed: int | None = None) -> list[list[Completion]]:
+        return self._built().generate(prompts, n, sampling, seed=seed)
+
+    def generate_from_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig,
+                          seed: int | None = None) -> list[Completion]:
+        """Continue from token ids (multi-turn episodes, ``env=``): the hf engine can, vLLM's cannot."""
+        engine = self._built()
+        if not callable(getattr(engine, "generate_from_ids", None)):
+            from reasoning_rl.envs.episode import EngineCannotContinueError
+
+            raise EngineCannotContinueError(
+                f"env=: the generation engine {type(engine).__name__} cannot continue from token ids, which "
+                "multi-turn episodes need; use backend=hf")
+        return engine.generate_from_ids(prompt_ids, sampling, seed=seed)
+
+    def _built(self) -> Any:
         if self.engine is None:
             self.engine = self._build()
-        return self.engine.generate(prompts, n, sampling, seed=seed)
+        return self.engine
 
 
 def load_tokenizer(model: str) -> Any:
