@@ -11,7 +11,7 @@ Layout, by job:
 * :mod:`.inside` -- standard library only, the code that runs in the jail (zygote, harness,
   program server, candidate), and :mod:`.inside.wire`, the one message framing used by both
   sides. It is imported in the jail as the top-level package ``inside``
-  (``python -I -B -c BOOT ROOT CONFIG``, see :mod:`.jail`).
+  (``python -I -S -B -c BOOT ROOT CONFIG``, see :mod:`.jail`).
 
 Process layout (one "sandbox" per host worker, started once and reused)::
 

@@ -22,7 +22,7 @@ from typing import Any
 from .inside.clock import wall_seconds
 from .inside.tamper import KINDS
 from .inside.wire import read_frame, write_frame
-from .jail import IsolationLevel, clean_env, detect_isolation, python_roots, zygote_command
+from .jail import IsolationLevel, clean_env, detect_isolation, python_roots, site_dirs, zygote_command
 from .results import ExecutionResult, SandboxError
 
 
@@ -86,7 +86,8 @@ class Sandbox:
         # process on the machine with kill(-1). (At `rlimits`, if Python lives under a private
         # home, C can then import only the modules the zygote preloaded.)
         uid = random.SystemRandom().randrange(1 << 20, 1 << 30) if os.geteuid() == 0 else -1
-        config = json.dumps({"level": self.level, "uid": uid, "python_roots": python_roots()})
+        config = json.dumps({"level": self.level, "uid": uid, "python_roots": python_roots(),
+                             "site_dirs": site_dirs()})
         cmd = zygote_command(self.level, config)
         self._errlog = tempfile.TemporaryFile()  # noqa: SIM115 -- lives as long as the zygote
         self._proc = _launcher.popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errlog,

@@ -97,7 +97,20 @@ def zygote_command(level: IsolationLevel, config: str) -> list[str]:
     """The argv that starts the zygote Z at ``level``; ``config`` is its JSON configuration."""
     root = "/sandbox" if level == "bwrap" else os.path.dirname(INSIDE)
     # -B: the jail never writes bytecode next to its own sources (the repository at `unshare`).
-    return command(level, [python(), "-I", "-B", "-c", BOOT, root, config])
+    # -S: no `site` and no .pth files run in the jail; Z adds the site-packages folders itself
+    # (config "site_dirs", :func:`site_dirs`). Not at `rlimits`, where C can import only what Z
+    # loaded when Python lives under a private home (inside/zygote.py, _PREIMPORT_RLIMITS).
+    flags = ["-I", "-S", "-B"] if level in ("bwrap", "unshare") else ["-I", "-B"]
+    return command(level, [python(), *flags, "-c", BOOT, root, config])
+
+
+def site_dirs() -> list[str]:
+    """This interpreter's site-packages folders, importable by programs in the jail. Their .pth
+    files are not processed (the zygote runs with -S): a package that only a .pth file puts on the
+    path (an editable install, an old-style namespace package) is not importable there."""
+    import site
+
+    return [p for p in site.getsitepackages() if os.path.isdir(p)]
 
 
 def _level_works(level: IsolationLevel) -> bool:

@@ -25,7 +25,7 @@ EXECUTION_SITES = {
     "inside/harness.py": {"exec", "compile"},  # the trusted tests, in Z
     "host.py": {"subprocess.Popen"},  # the jail (bwrap / unshare / python -I) from the launcher thread
     "jail.py": {"subprocess.run"},  # the probe that a level works (`python -I -c pass`)
-    "inside/namespaces.py": {"subprocess.run"},  # `mount`, for the unshare level's private mounts
+    "inside/namespaces.py": {"os.posix_spawnp"},  # `mount`, for the unshare level's private mounts
 }
 _CODE_CALLS = {"exec", "eval", "compile", "runpy.run_module", "runpy.run_path", "runpy.run_code"}
 _LAUNCH_PREFIXES = ("os.exec", "os.spawn", "os.posix_spawn", "subprocess.")

@@ -1,6 +1,13 @@
 """The program server P: forked from the zygote before any test was read; hands each program to
 a warm candidate C, watches it (exit, stop from the harness, deadline), reports, cleans up.
 P never sees a test, so neither does C.
+
+One cycle per program, kept short because everything P touches after a fork is a copy-on-write
+fault: fork the next warm C (its stdout/stderr are fresh memfds, its directory the fixed
+``<base>/w`` recreated empty), announce its channel to Z, then, on Z's ``go``, watch it until
+Z's ``stop`` and report; a functional program's job and every test call travel between Z and C
+directly, never through P. What every C shares (environment, streams, the tamper watch) was
+prepared once (:func:`~.candidate.prepare`).
 """
 
 from __future__ import annotations
@@ -14,120 +21,144 @@ import socket
 import time
 from typing import Any
 
-from .candidate import candidate_main
+from .candidate import Prepared, candidate_main, prepare
 from .clock import cpu_seconds, wall_seconds
-from .namespaces import CLONE_NEWPID, PR_SET_CHILD_SUBREAPER, load_libc
+from .namespaces import CLONE_NEWPID, PR_SET_CHILD_SUBREAPER, load_libc, raw_fork
 from .wire import sock_recv, sock_send
+
+
+class _Server:
+    """P's state that outlives one program: the fixed directory of C, the PID namespace handle."""
+
+    def __init__(self, base: str, uid: int, pidns: bool) -> None:
+        self.libc = load_libc()
+        self.uid = uid
+        self.pidns = pidns
+        self.ns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY) if pidns else -1
+        self.work = os.path.join(base, "w")
+        self.stale = os.path.join(base, "stale")  # directories a program left undeletable
+        os.mkdir(self.stale, 0o700)
+        self.stale_count = 0
+        self.ready: Prepared = prepare(self.work)
+
+    def new_workdir(self) -> None:
+        os.mkdir(self.work, 0o700)
+        if self.uid > 0:
+            os.chown(self.work, self.uid, self.uid)
+        os.chdir(self.work)  # C inherits it as its working directory
+
+    def clear_workdir(self) -> None:
+        try:
+            os.rmdir(self.work)  # empty: most programs write no file
+        except FileNotFoundError:
+            pass
+        except OSError:
+            shutil.rmtree(self.work, ignore_errors=True)
+            if os.path.lexists(self.work):  # out of the way (mode 0700, ours), never reused
+                self.stale_count += 1
+                os.rename(self.work, os.path.join(self.stale, str(self.stale_count)))
 
 
 class _Warm:
     """A candidate process C forked and locked down BEFORE its program is known.
 
-    Forking and dropping privileges takes milliseconds; doing it while the previous program's
-    verdict travels back keeps it off the critical path. C waits on its channel for the job.
+    Forking takes milliseconds; doing it while the previous program's verdict travels back keeps
+    it off the critical path. C waits on its channel for the job.
     """
 
-    def __init__(self, libc: Any, ns_fd: int, base: str, counter: int, uid: int) -> None:
-        self.jobdir = os.path.join(base, f"j{counter}")
-        os.mkdir(self.jobdir, 0o711)
-        work = os.path.join(self.jobdir, "work")
-        os.mkdir(work, 0o700)
-        if uid > 0:
-            os.chown(work, uid, uid)
-        self.paths = {name: os.path.join(self.jobdir, name) for name in ("out", "err")}
-        fds = {name: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for name, path in self.paths.items()}
+    def __init__(self, server: _Server) -> None:
+        server.new_workdir()
+        self.out = os.memfd_create("stdout", 0)  # capped by C's RLIMIT_FSIZE like any file
+        self.err = os.memfd_create("stderr", 0)
         self.p_end, c_end = socket.socketpair()
-        if ns_fd >= 0:  # the next child is pid 1 of a brand-new PID namespace
-            libc.setns(ns_fd, CLONE_NEWPID)
-            libc.unshare(CLONE_NEWPID)
-        self.pid = os.fork()
+        if server.ns_fd >= 0:  # the next child is pid 1 of a brand-new PID namespace
+            server.libc.setns(server.ns_fd, CLONE_NEWPID)
+            server.libc.unshare(CLONE_NEWPID)
+        self.pid = raw_fork()  # P has one thread: no at-fork handlers to run (namespaces.raw_fork)
         if self.pid == 0:
             try:
                 self.p_end.close()
-                candidate_main(libc, fds, c_end.fileno(), work, uid)
+                candidate_main(server.libc, self.out, self.err, c_end.fileno(), server.uid, server.ready)
             finally:
                 os._exit(70)
         c_end.close()
-        for fd in fds.values():
-            os.close(fd)
         self.pidfd = os.pidfd_open(self.pid)
         self.status: int | None = None
 
-    def reap(self, uid: int, pidns: bool) -> None:
+    def reap(self, server: _Server) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)  # pid 1 of its namespace: the kernel kills the rest
         if self.status is None:
             _, self.status = os.waitpid(self.pid, 0)
-        os.close(self.pidfd)
-        _kill_leftovers(uid, self.pid, pidns)
-        shutil.rmtree(self.jobdir, ignore_errors=True)
+        self.p_end.close()
+        for fd in (self.pidfd, self.out, self.err):
+            os.close(fd)
+        _kill_leftovers(server.uid, self.pid, server.pidns)
+        server.clear_workdir()
 
 
 def program_server(sock: socket.socket, base: str, uid: int, pidns: bool) -> None:
-    """P: hands each program to a warm C, watches it, reports, cleans up. Never sees a test."""
+    """P: hands each program to a warm C, watches it, reports, cleans up. Never sees a test.
+
+    Protocol with Z (``sock``): P announces each warm C with ``{"channel": true}`` and C's end of
+    the channel as a file descriptor, before Z asks. Functional job: Z sends the job to C over
+    that channel and ``{"op": "go", "timeout", "limits"}`` to P; P watches C until Z's
+    ``{"op": "stop"}`` and replies with the run (exit, stdout/stderr tails, timeout). Stdin/stdout
+    job: ``{"op": "stdio", ...}`` with the inputs; P runs each case in a fresh C itself and replies
+    ``{"cases": [...]}``.
+    """
     import gc
 
-    libc = load_libc()
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of C come back to us, not to init
-    ns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY) if pidns else -1
+    server = _Server(base, uid, pidns)
+    server.libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of C come back to us, not to init
     gc.collect()
     gc.freeze()  # C's garbage collector will not touch (and copy) our pages
-    counter = 0
-
-    def fresh() -> _Warm:
-        nonlocal counter
-        counter += 1
-        return _Warm(libc, ns_fd, base, counter, uid)
-
-    warm = fresh()
+    warm = _announce(sock, _Warm(server))
     while True:
-        msg, fds = sock_recv(sock, with_fds=True)
+        msg = sock_recv(sock)
         if msg is None:
-            warm.reap(uid, pidns)
+            warm.reap(server)
             return
         if msg["op"] == "stop":  # a stop for a job that had already finished
-            for fd in fds:
-                os.close(fd)
             continue
-        job = {"program": msg["program"], "limits": msg["limits"], "timeout": float(msg["timeout"])}
-        if msg["op"] == "functional":
-            c, warm = warm, None
-            try:
-                sock_send(c.p_end, {**job, "mode": "functional"})
-            except OSError:  # the warm C died before its job: no channel, a fresh C next time
-                sock_send(sock, {"channel": False})
-                c.reap(uid, pidns)
-                warm = fresh()
-                continue
-            sock_send(sock, {"channel": True}, [c.p_end.fileno()])  # the harness talks to C directly
-            c.p_end.close()
-            run = _watch(c, job, stop_sock=sock, tail=int(job["limits"].get("output_tail_bytes", 2000)))
-            sock_send(sock, run)  # report first, clean up after: off the critical path
-            c.reap(uid, pidns)
-            warm = fresh()
+        limits = msg["limits"]
+        tail = int(limits.get("output_tail_bytes", 2000))
+        if msg["op"] == "go":
+            warm.p_end.close()  # Z holds the channel now; C's job came from Z
+            sock_send(sock, _watch(warm, float(msg["timeout"]), limits, stop_sock=sock, tail=tail))
+            warm.reap(server)  # report first, clean up after: off the critical path
         else:
+            job = {"mode": "stdio", "program": msg["program"], "limits": limits, "timeout": float(msg["timeout"])}
             cases = []
-            for data in msg["inputs"]:
-                c, warm = warm, None
-                stdin_path = os.path.join(c.jobdir, "in")
-                with open(stdin_path, "w") as f:
-                    f.write(data)
-                stdin_fd = os.open(stdin_path, os.O_RDONLY)
-                sock_send(c.p_end, {**job, "mode": "stdio"}, [stdin_fd])
+            for i, data in enumerate(msg["inputs"]):
+                c = warm if i == 0 else _Warm(server)
+                stdin_fd = os.memfd_create("stdin", 0)
+                os.write(stdin_fd, data.encode())
+                os.lseek(stdin_fd, 0, os.SEEK_SET)
+                sock_send(c.p_end, job, [stdin_fd])
                 os.close(stdin_fd)
                 c.p_end.close()
-                cases.append(_watch(c, job, stop_sock=None, tail=int(job["limits"].get("output_tail_bytes", 2000))))
-                c.reap(uid, pidns)
-                warm = fresh()
+                cases.append(_watch(c, job["timeout"], limits, stop_sock=None, tail=tail))
+                c.reap(server)
+            if not msg["inputs"]:
+                warm.reap(server)
             sock_send(sock, {"cases": cases})
+        warm = _announce(sock, _Warm(server))
 
 
-def _watch(c: _Warm, job: dict[str, Any], stop_sock: socket.socket | None, tail: int) -> dict[str, Any]:
+def _announce(sock: socket.socket, warm: _Warm) -> _Warm:
+    """Hand Z the warm C's channel now, so that the next job does not wait for it."""
+    sock_send(sock, {"channel": True}, [warm.p_end.fileno()])
+    return warm
+
+
+def _watch(c: _Warm, timeout: float, limits: dict[str, Any], stop_sock: socket.socket | None,
+           tail: int) -> dict[str, Any]:
     """Wait for C to exit, for a stop from Z, or for the deadline; C is SIGKILLed unless it exited."""
     start = time.monotonic()
     functional = stop_sock is not None
     # The harness's own deadline (the same wall-clock backstop) fires first and reports the timeout.
-    deadline = start + wall_seconds(job["timeout"], job["limits"]) + 0.25
+    deadline = start + wall_seconds(timeout, limits) + 0.25
     cpu = 0.0
     timed_out = stopped = False
     while True:
@@ -143,7 +174,7 @@ def _watch(c: _Warm, job: dict[str, Any], stop_sock: socket.socket | None, tail:
             # Killed by its CPU-time limit (SIGKILL: soft = hard limit) is a timeout. rusage reads a
             # few percent below the limit the kernel enforced (0.96 s measured for a 1 s limit).
             code = os.waitstatus_to_exitcode(c.status)
-            timed_out = code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= 0.8 * cpu_seconds(job["timeout"])
+            timed_out = code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= 0.8 * cpu_seconds(timeout)
             break
         if stop_sock is not None and stop_sock in ready:
             msg = sock_recv(stop_sock)
@@ -165,27 +196,34 @@ def _watch(c: _Warm, job: dict[str, Any], stop_sock: socket.socket | None, tail:
         "exit": None if c.status is None else os.waitstatus_to_exitcode(c.status),
         "seconds": time.monotonic() - start,
         "cpu_seconds": round(cpu, 4),
-        "stderr": _tail(c.paths["err"], tail),
-        "stdout": _tail(c.paths["out"], tail),
+        "stderr": _tail(c.err, tail),
+        "stdout": _tail(c.out, tail),
     }
     if not functional:
-        cap = int(job["limits"].get("max_output_bytes", 8 << 20))
-        with open(c.paths["out"], "rb") as f:
-            data = f.read(cap + 1)
+        cap = int(limits.get("max_output_bytes", 8 << 20))
+        data = _read(c.out, 0, cap + 1)
         run["tail"] = run["stdout"]
         run["stdout"] = data[:cap].decode(errors="replace")
         run["truncated"] = len(data) > cap
     return run
 
 
-def _tail(path: str, n: int) -> str:
+def _read(fd: int, offset: int, n: int) -> bytes:
+    """Up to ``n`` bytes of the memfd ``fd`` from ``offset`` (C may have written them from any offset)."""
+    chunks, size = [], 0
+    while size < n:
+        chunk = os.pread(fd, n - size, offset + size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _tail(fd: int, n: int) -> str:
     try:
-        if os.stat(path).st_size == 0:
-            return ""
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - n))
-            return f.read().decode(errors="replace")
+        size = os.fstat(fd).st_size
+        return _read(fd, max(0, size - n), n).decode(errors="replace") if size else ""
     except OSError:
         return ""
 
@@ -197,7 +235,7 @@ def _kill_leftovers(uid: int, pid: int, pidns: bool) -> None:
         pass
     elif uid > 0:
         # A helper with C's uid sends SIGKILL to every process of that uid (and only those).
-        helper = os.fork()
+        helper = raw_fork()
         if helper == 0:
             try:
                 os.setgroups([])

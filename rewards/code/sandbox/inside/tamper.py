@@ -28,6 +28,7 @@ Standard library only (runs in the jail; the host imports :data:`KINDS` from her
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import sys
@@ -60,19 +61,23 @@ def pass_marker(stdout: str) -> bool:
 class Watch:
     """C's side: an audit hook installed just before the program runs, and checks after it ran.
 
-    Audit hooks cannot be removed once added; the program can still reach this object through
-    the garbage collector (which is itself flagged).
+    Built ONCE in the program server P (the allowed roots, the snapshot of ``builtins``) and
+    inherited by every C through fork, which only installs it: in C it costs no more than the
+    hook itself. Audit hooks cannot be removed once added; the program can still reach this
+    object through the garbage collector (which is itself flagged).
     """
 
     def __init__(self, work: str) -> None:
+        import builtins
+
         self.seen: set[str] = set()
         roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
         roots.update(os.path.realpath(p) for p in sys.path if p and os.path.isdir(p))
         self._allowed = tuple(sorted(r.rstrip("/") + "/" for r in roots | {os.path.realpath(work)}))
-        import builtins
-
-        self._builtins = {k: v for k, v in vars(builtins).items() if k != "_"}
-        self._work = work
+        self._builtins = vars(builtins)  # the very dict C's builtins module uses (inherited by fork)
+        snapshot = {k: v for k, v in self._builtins.items() if k != "_"}  # `_`: the REPL's last value
+        self._names = tuple(snapshot)
+        self._objects = tuple(snapshot.values())
 
     def install(self) -> None:
         sys.addaudithook(self._hook)
@@ -98,12 +103,13 @@ class Watch:
 
     def check(self) -> list[str]:
         """Every kind seen so far, after looking at what the program left in place."""
-        import builtins
-        import threading
-
-        now = {k: v for k, v in vars(builtins).items() if k != "_"}  # `_`: the REPL's last value
-        if now.keys() != self._builtins.keys() or any(now[k] is not v for k, v in self._builtins.items()):
+        now = self._builtins
+        # Same names, each bound to the very same object (identity, compared in C code: this runs
+        # after every call of the program's functions).
+        if (len(now) - ("_" in now) != len(self._names)
+                or not all(map(operator.is_, map(now.get, self._names), self._objects))):
             self.seen.add("patch_builtins")
+        threading = sys.modules.get("threading")  # hooks there need the program to have imported it
         if (sys.gettrace() is not None or sys.getprofile() is not None
                 or getattr(threading, "_trace_hook", None) is not None
                 or getattr(threading, "_profile_hook", None) is not None):

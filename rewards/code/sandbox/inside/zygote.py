@@ -3,7 +3,7 @@
 It forks the program server P before reading any test, then serves the host's jobs one at a
 time: a functional job is tested by the harness (in this process, which never runs the
 program) against C's functions; a stdin/stdout job's outputs are compared here.
-Started by the host as ``python -I -B -c BOOT ROOT CONFIG`` (:func:`main`), where ROOT is the
+Started by the host as ``python -I -S -B -c BOOT ROOT CONFIG`` (``-S`` at bwrap and unshare) (:func:`main`), where ROOT is the
 folder that holds this package (``/sandbox`` at ``bwrap``).
 """
 
@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import time
 import traceback
 from typing import Any
@@ -29,14 +28,27 @@ from .tamper import pass_marker
 from .wire import read_frame, sock_recv, sock_send, write_frame
 
 _PREIMPORT = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string", "typing",
-              "random", "statistics", "fractions", "decimal", "operator", "copy", "hashlib", "datetime",
-              "array", "numbers", "dataclasses", "enum", "abc", "io", "cmath", "textwrap", "ast", "resource",
-              "glob", "fnmatch", "queue", "pprint")
+              "fractions", "decimal", "operator", "copy", "datetime", "array", "numbers", "enum", "abc", "io",
+              "cmath", "textwrap", "resource", "glob", "fnmatch", "pprint")
+"""Imported before P is forked, so that a program importing them finds them loaded. Not here: what
+imports ``random`` or ``threading`` (``random``, ``statistics``, ``tempfile``, ``queue``: C, forked
+without at-fork handlers, would have to reseed ``random`` itself), and large rarely used modules
+(``hashlib`` maps OpenSSL, ``dataclasses``, ``ast``): every module makes each fork and exit dearer
+(forking a Python with all of them, ``hashlib`` included, cost ~0.25 ms more CPU than without)."""
+_PREIMPORT_RLIMITS = (*_PREIMPORT, "random", "statistics", "hashlib", "dataclasses", "ast", "queue", "threading",
+                      "tempfile")
+"""At ``rlimits`` (no mount namespace) a C of another uid cannot read a Python installed under a private
+home (``/root/.pyenv``): it imports only what the zygote loaded, so the list is broad there (and
+``site`` runs, as before)."""
 
 
 def main() -> None:
-    """Entry point of ``python -I -B -c BOOT ROOT CONFIG`` (see ``jail.BOOT``)."""
-    serve(json.loads(sys.argv[2]))
+    """Entry point of ``python -I -S -B -c BOOT ROOT CONFIG`` (``-S`` at bwrap and unshare) (see ``jail.BOOT``)."""
+    config = json.loads(sys.argv[2])
+    # -S: no `site`, so no .pth file runs code in the jail (they imported ~80 modules here, threading
+    # and random among them); the site-packages folders themselves stay importable for programs.
+    sys.path.extend(p for p in config.get("site_dirs", ()) if p not in sys.path)
+    serve(config)
 
 
 def serve(config: dict[str, Any]) -> None:
@@ -48,7 +60,7 @@ def serve(config: dict[str, Any]) -> None:
     os.dup2(null, 0)
     os.dup2(2, 1)
     os.close(null)
-    for name in _PREIMPORT:
+    for name in _PREIMPORT if config["level"] in ("bwrap", "unshare") else _PREIMPORT_RLIMITS:
         with contextlib.suppress(ImportError):
             __import__(name)
     libc = load_libc()
@@ -59,8 +71,7 @@ def serve(config: dict[str, Any]) -> None:
     if level in ("bwrap", "unshare"):
         with contextlib.suppress(OSError):
             os.chmod("/tmp", 0o755)  # C may write its own directory only
-    base = tempfile.mkdtemp(prefix="rl-sandbox-")
-    os.chmod(base, 0o711)
+    base = _private_dir("/tmp")
     uid = int(config["uid"])
     can_drop = uid > 0 and os.geteuid() == 0
     pidns = level in ("bwrap", "unshare") and pidns_works(libc)
@@ -72,6 +83,8 @@ def serve(config: dict[str, Any]) -> None:
         os.close(wfd)
         try:
             program_server(p_sock, base, uid if can_drop else -1, pidns)
+        except BaseException:
+            traceback.print_exc()  # into the sandbox's stderr log, which the host reports
         finally:
             os._exit(0)
     p_sock.close()
@@ -95,25 +108,51 @@ def serve(config: dict[str, Any]) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _private_dir(parent: str) -> str:
+    """A new directory of ours under ``parent`` (mode 0711: C may traverse it to its own folder),
+    as tempfile.mkdtemp would make it -- which would import ``random`` into P."""
+    while True:
+        path = os.path.join(parent, f"rl-sandbox-{os.getpid()}-{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(path, 0o711)
+        return path
+
+
 def _handle_job(job: dict[str, Any], z_sock: socket.socket) -> dict[str, Any]:
     start = time.monotonic()
     limits = job.get("limits", {})
+    # P announced the next warm C before we asked: its channel is (or soon will be) waiting here.
+    announced, fds = sock_recv(z_sock, with_fds=True)
+    if not announced or not announced.get("channel") or not fds:
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError("the program server did not announce a candidate process")
+    w_end = socket.socket(fileno=fds[0])
     if job["mode"] == "stdio":
+        w_end.close()  # P sends each case's job itself, with its input
         cases = job["cases"]
         sock_send(z_sock, {"op": "stdio", "program": job["program"], "limits": limits,
                             "timeout": job["case_timeout"], "inputs": [c["input"] for c in cases]})
         report = sock_recv(z_sock) or {}
         return _judge_stdio(job, report, time.monotonic() - start)
 
-    # functional: P hands over its end of the warm C's channel; the harness (this process, which
-    # never runs user code) tests C's functions through it.
-    sock_send(z_sock, {"op": "functional", "program": job["program"], "limits": limits, "timeout": job["timeout"]})
-    handoff, fds = sock_recv(z_sock, with_fds=True)
-    if not handoff or not handoff.get("channel") or not fds:
-        return {"status": "error", "harness_error": "the program server did not hand over a channel"}
-    w_end = socket.socket(fileno=fds[0])
+    # functional: the job goes to C straight from here; P only watches C. The harness (this
+    # process, which never runs user code) then tests C's functions through the same channel.
     try:
-        verdict = harness(w_end, job, start + wall_seconds(float(job["timeout"]), limits))
+        sock_send(w_end, {"mode": "functional", "program": job["program"], "limits": limits,
+                          "timeout": job["timeout"]})
+        sent = True
+    except OSError:  # the warm C died before its job: not the program's doing
+        sent = False
+    sock_send(z_sock, {"op": "go", "timeout": job["timeout"], "limits": limits})
+    try:
+        if sent:
+            verdict = harness(w_end, job, start + wall_seconds(float(job["timeout"]), limits))
+        else:
+            verdict = {"harness_error": "the candidate process ended before it received its program"}
     except Exception:
         verdict = {"harness_error": "harness: " + traceback.format_exc(limit=6)}
     finally:
