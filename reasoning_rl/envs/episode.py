@@ -28,16 +28,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from reasoning_rl.envs.base import Environment, EpisodeConfig, Turn
+from reasoning_rl.envs.base import Environment, EpisodeConfig, StepResult, Turn
 from reasoning_rl.envs.registry import check_options, environment_class, get_environment
 from reasoning_rl.errors import UserError
 from reasoning_rl.rollout import Completion, SamplingConfig
 
 TURN_SEED_STRIDE = 7_919
 """A prime: turn t of a call seeded s samples with seed ``s + t * TURN_SEED_STRIDE``."""
+STEP_THREADS = 8
+"""Environments stepped at once after a turn (their tool calls overlap in the sandbox pool)."""
 
 
 class EngineCannotContinueError(UserError):
@@ -179,6 +182,7 @@ class EpisodeEngine:
             stop=[*sampling.stop, *(s for s in running[0].env.stop if s not in sampling.stop)])
         outs = self.inner.generate_from_ids([e.prompt_ids + e.ids for e in running], turn_sampling, seed=seed)
         eos = self.tokenizer.eos_token_id
+        handed: list[tuple[_Episode, str]] = []
         for e, c, left in zip(running, outs, room):
             self.stats.turns += 1
             ids = list(c.token_ids[:left])  # a turn may not run past the episode's budget
@@ -193,11 +197,16 @@ class EpisodeEngine:
             elif c.finish_reason == "length" or not any(s in e.last_text for s in e.env.stop):
                 e.end(c.finish_reason)  # cut at rollout.max_new_tokens, or a stop string of rollout.stop
             else:
-                self._observe(e, c.text, last)
+                handed.append((e, c.text))
+        # The environments answer concurrently (each episode has its own; a tool call waits on the
+        # sandbox, whose pool runs several programs at once); their answers are applied in order.
+        with ThreadPoolExecutor(max_workers=max(1, min(STEP_THREADS, len(handed)))) as threads:
+            steps = list(threads.map(lambda item: item[0].env.step(item[1]), handed))
+        for (e, _), step in zip(handed, steps):
+            self._observe(e, step, last)
 
-    def _observe(self, e: _Episode, turn_text: str, last: bool) -> None:
-        """Hand the turn (cut before the stop string) to the environment; append its observation."""
-        step = e.env.step(turn_text)
+    def _observe(self, e: _Episode, step: StepResult, last: bool) -> None:
+        """Record the environment's answer to the turn; append its observation."""
         e.turns[-1] = dataclasses.replace(e.turns[-1], tool=step.tool, reward=step.reward)
         if step.tool != "none":
             self.stats.tool_calls += 1
