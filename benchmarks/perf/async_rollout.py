@@ -7,19 +7,24 @@
 
 Each run is a fresh ``reasoning-rl-train`` process on the arithmetic task (``task=arithmetic
 model=tiny rollout=native``, GRPO with the off-policy lab's settings), the same N steps with k = 0 and
-k = 1. k = 0 trains and samples in one process with ``--sync-threads`` torch threads (default 1, the
-``model=tiny`` preset's own setting; ``--sync-threads 2`` gives it both cores, which on a loaded machine
-is far slower: OpenMP threads wait on each other); k = 1 trains with ``--async-threads`` (default 1)
-while the generator process samples with one thread. Round r runs both with ``trainer.seed=r``, alternating which goes first, so machine noise hits
-both; by default both start from one supervised warm start (made once, in ``--workdir``), so held-out
+k = 1. k = 0 trains, samples, scores and runs the reference forward in one process with
+``--sync-threads`` torch threads (default 1, the ``model=tiny`` preset's own setting; ``--sync-threads 2``
+gives it both cores, which on a loaded machine is far slower: OpenMP threads wait on each other); k = 1
+trains with ``--async-threads`` (default 1) while the generator process samples, scores and computes the
+reference log-probs with one thread. Round r runs both with ``trainer.seed=r``, alternating which goes
+first, so machine noise hits both; by default both start from one supervised warm start (made once, in ``--workdir``), so held-out
 greedy accuracy after training is worth comparing.
 
 Figures: seconds per step of each (the mean of ``time/step`` over the steps after ``--skip``, default 1:
 the first asynchronous step waits for the generator process to start), the whole loop's seconds (the sum
 of ``time/step`` over every step, the generator's start included), the ratio k=0 / k=1 (> 1: the
-asynchronous loop is faster), each side's held-out greedy accuracy after training, the generator's wait
-and busy time per step, and the machine's load average (``os.getloadavg``) before and after: timings
-taken on a loaded machine are not results.
+asynchronous loop is faster), the seconds per step of each phase (the trainer's sampling, scoring,
+reference forward, policy forward/backward, update and weight copy; the generator's wait, sampling,
+reference log-probs and scoring: where the time went; on a loaded machine every phase of k = 1 is
+inflated by the two processes taking turns on the cores),
+held-out greedy accuracy after training (per round; each side's mean over seeds with a 95% bootstrap
+interval, the paired difference, and whether k = 1 lies within k = 0's interval), and the machine's load
+average (``os.getloadavg``) before and after: timings taken on a loaded machine are not results.
 """
 
 from __future__ import annotations
@@ -94,19 +99,40 @@ def warm_start(args: argparse.Namespace, workdir: Path) -> list[str]:
     return [f"model.name_or_path={checkpoint}", "warmstart.enabled=false"]
 
 
+PHASES = ("time/generate", "time/reward", "time/frozen_logprobs", "time/policy", "time/update",
+          "time/weight_sync", "time/generator_wait", "time/generator_sample", "time/generator_reference",
+          "time/generator_reward", "time/generator_busy")
+"""The per-step phases averaged over the timed steps: the trainer's, then the generator process's (k = 1)."""
+
+
 def summarise(run_dir: Path, skip: int) -> dict[str, Any]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     timed = [r for r in rows if r["step"] > skip] or rows
     summary = json.loads((run_dir / "summary.json").read_text())
-    out = {"s_per_step": statistics.mean(r["time/step"] for r in timed),
-           "loop_s": sum(r["time/step"] for r in rows),
-           "greedy_after": (summary.get("eval_after") or {}).get("greedy_accuracy"),
-           "greedy_before": (summary.get("eval_before") or {}).get("greedy_accuracy"),
-           "generate_s": statistics.mean(r.get("time/generate", 0.0) for r in timed)}
-    if any("time/generator_wait" in r for r in timed):
-        out["generator_wait_s"] = statistics.mean(r.get("time/generator_wait", 0.0) for r in timed)
-        out["generator_busy_s"] = statistics.mean(r.get("time/generator_busy", 0.0) for r in timed)
-    return out
+    return {"s_per_step": statistics.mean(r["time/step"] for r in timed),
+            "loop_s": sum(r["time/step"] for r in rows),
+            "greedy_after": (summary.get("eval_after") or {}).get("greedy_accuracy"),
+            "greedy_before": (summary.get("eval_before") or {}).get("greedy_accuracy"),
+            "phases": {k: statistics.mean(r[k] for r in timed) for k in PHASES if all(k in r for r in timed)}}
+
+
+def accuracy_lines(results: dict[int, list[dict[str, Any]]]) -> list[str]:
+    """Held-out greedy accuracy after training: each side's mean over rounds (seeds) with its 95% bootstrap
+    interval (reasoning_rl.report_stats, as the sweep report), the paired difference k=1 - k=0 on the same
+    seeds with its interval, and whether k = 1's mean lies within k = 0's interval (the issue's target)."""
+    from reasoning_rl.report_stats import bootstrap_mean
+
+    acc = {k: [x["greedy_after"] for x in v] for k, v in results.items()}
+    if any(a is None for v in acc.values() for a in v):
+        return ["held-out greedy: not evaluated (a run has no eval_after)"]
+    k0, k1 = bootstrap_mean(acc[0]), bootstrap_mean(acc[1])
+    diff = bootstrap_mean([b - a for a, b in zip(acc[0], acc[1])])
+    within = k0.low <= k1.mean <= k0.high
+    return [f"held-out greedy after: k=0 {k0.mean:.3f} [{k0.low:.3f}, {k0.high:.3f}], k=1 {k1.mean:.3f} "
+            f"[{k1.low:.3f}, {k1.high:.3f}] (mean over {k0.n} seeds, 95% bootstrap interval); paired k=1 - k=0 "
+            f"{diff.mean:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}]; k=1 within k=0's interval: "
+            f"{'yes' if within else 'no'}" + (" (2 seeds make a coarse interval: --rounds 3 or more)"
+                                               if k0.n < 3 else "")]
 
 
 def run(argv: list[str]) -> BenchResult:
@@ -134,22 +160,30 @@ def run(argv: list[str]) -> BenchResult:
     mean = {k: statistics.mean(x["s_per_step"] for x in v) for k, v in results.items()}
     ratios = [a["s_per_step"] / b["s_per_step"] for a, b in zip(results[0], results[1])]
     print(f"\n{args.steps} steps, {args.rounds} rounds (seeds 0..{args.rounds - 1}), s/step over steps > {args.skip}")
-    print("| k | s/step per round | mean s/step | loop s per round | greedy after per round | generator wait / busy s |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| k | s/step per round | mean s/step | loop s per round | greedy after per round |")
+    print("| --- | --- | --- | --- | --- |")
     for k, v in results.items():
-        wait = (f"{statistics.mean(x['generator_wait_s'] for x in v):.3f} / "
-                f"{statistics.mean(x['generator_busy_s'] for x in v):.3f}") if k else "-"
         per_round = ", ".join(f"{x['s_per_step']:.3f}" for x in v)
         greedy = ", ".join(f"{x['greedy_after']:.3f}" for x in v)
         loops = ", ".join(f"{x['loop_s']:.1f}" for x in v)
-        print(f"| {k} | {per_round} | {mean[k]:.3f} | {loops} | {greedy} | {wait} |")
+        print(f"| {k} | {per_round} | {mean[k]:.3f} | {loops} | {greedy} |")
+    phases = {k: {p: statistics.mean(x["phases"][p] for x in v if p in x["phases"])
+                  for p in PHASES if any(p in x["phases"] for x in v)} for k, v in results.items()}
+    print("\nseconds per step by phase (mean over rounds; the trainer's, then the generator process's):")
+    print("| phase | k = 0 | k = 1 |")
+    print("| --- | --- | --- |")
+    for p in PHASES:
+        if p in phases[0] or p in phases[1]:
+            print(f"| {p} | " + " | ".join(f"{phases[k][p]:.3f}" if p in phases[k] else "-" for k in (0, 1)) + " |")
     print(f"speed-up k=1 over k=0: {mean[0] / mean[1]:.2f}x (per round: {', '.join(f'{x:.2f}' for x in ratios)})")
+    for line in accuracy_lines(results):
+        print(line)
     print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
     figures = {"s_per_step_k0": mean[0], "s_per_step_k1": mean[1], "speedup": mean[0] / mean[1],
                "ratios": ratios, "greedy_after_k0": [x["greedy_after"] for x in results[0]],
                "greedy_after_k1": [x["greedy_after"] for x in results[1]],
                "loop_s_k0": [x["loop_s"] for x in results[0]], "loop_s_k1": [x["loop_s"] for x in results[1]],
-               "load_before": list(load_before), "load_after": list(load_after)}
+               "load_before": list(load_before), "load_after": list(load_after), "phases": phases}
     return BenchResult(0, vars(args), figures)
 
 
