@@ -13,9 +13,11 @@ import contextlib
 import socket
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .prefetch import PlannedCall, plan
 from .tamper import KINDS
 from .values import RemoteFunction, RemoteRef, decode, encode
 from .wire import sock_recv, sock_send
@@ -31,6 +33,10 @@ class _Gone(BaseException):
 
 class _Forged(_Gone):
     """C sent a frame the protocol does not allow: the program wrote on the channel itself."""
+
+
+class _Diverged(BaseException):
+    """The test did not make the calls planned from its source (:mod:`.prefetch`): run again without."""
 
 
 class CandidateError(Exception):
@@ -52,6 +58,10 @@ class Channel:
         self.handles: dict[int, RemoteRef] = {}
         self.tamper: set[str] = set()
         """Tamper kinds C reported (:mod:`.tamper`) and those seen here (a forged frame)."""
+        self.plan: list[dict[str, Any]] = []
+        """Call messages the test is expected to make first (:mod:`.prefetch`), not yet sent."""
+        self.pending: deque[dict[str, Any]] = deque()
+        """Planned calls sent to C whose replies the test has not taken yet."""
 
     def recv(self) -> Any:
         left = self.deadline - time.monotonic()
@@ -110,11 +120,22 @@ class Channel:
         raise _Forged("the program broke the protocol")
 
     def call(self, target: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        payload = {"op": "call", "target": target, "args": [encode(a, {}, False) for a in args],
-                   "kwargs": {str(k): encode(v, {}, False) for k, v in kwargs.items()}}
+        payload = _call_message(target, args, kwargs)
+        if self.pending:  # C already ran this call (or the plan was wrong)
+            if payload != self.pending[0]:
+                raise _Diverged
+            self.pending.popleft()
+            return self._value(self.recv())
+        if self.plan:
+            planned, self.plan = self.plan, []
+            if payload == planned[0]:  # send every planned call at once; C streams the replies
+                self.pending.extend(planned[1:])
+                return self._value(self.request({"op": "batch", "calls": planned}))
         return self._value(self.request(payload))
 
     def get(self, name: str) -> Any:
+        if self.pending:  # C may have run calls the test has not made yet: its globals could differ
+            raise _Diverged
         reply = self.request({"op": "get", "name": name})
         if reply.get("missing"):
             raise KeyError(name)
@@ -129,6 +150,11 @@ class Channel:
 
             return importlib.import_module(name)
         return self._value(reply)
+
+
+def _call_message(target: list[Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    return {"op": "call", "target": target, "args": [encode(a, {}, False) for a in args],
+            "kwargs": {str(k): encode(v, {}, False) for k, v in kwargs.items()}}
 
 
 class _TrustedGlobals(dict):
@@ -176,6 +202,7 @@ def _check_units(test_code: str) -> tuple[Any, int]:
 
 
 _COMPILED: dict[tuple[str, str], Any] = {}
+_PLANS: dict[tuple[str, str, tuple[str, ...]], list[PlannedCall]] = {}
 
 
 def _compiled(source: str, kind: str) -> Any:
@@ -186,6 +213,30 @@ def _compiled(source: str, kind: str) -> Any:
             _COMPILED.clear()
         _COMPILED[key] = _check_units(source) if kind == "check" else compile(source, f"<{kind}>", "exec")
     return _COMPILED[key]
+
+
+def _planned_calls(kind: str, sources: Sequence[str], names: Sequence[str]) -> list[dict[str, Any]]:
+    """The call messages :func:`.prefetch.plan` expects the test to make first (cached by source).
+
+    ``check``: ``sources`` is the test code, ``names`` the entry point (called as ``candidate`` or
+    by its name); ``asserts``: one source per assert line, ``names`` the functions under test."""
+    import ast
+
+    key = (kind, "\0".join(sources), tuple(names))
+    if key not in _PLANS:
+        if len(_PLANS) > 2048:
+            _PLANS.clear()
+        if kind == "check":
+            check = [n for n in ast.parse(sources[0]).body if isinstance(n, ast.FunctionDef) and n.name == "check"][-1]
+            callees = {names[0]: names[0]}
+            if check.args.args:
+                callees[check.args.args[0].arg] = names[0]
+            statements: list[ast.stmt] = check.body
+        else:
+            callees = {n: n for n in names}
+            statements = [stmt for src in sources for stmt in ast.parse(src).body]
+        _PLANS[key] = plan(statements, callees)
+    return [_call_message(["n", name], args, kwargs) for name, args, kwargs in _PLANS[key]]
 
 
 def _functions_under_test(asserts: Sequence[str], trusted: Mapping[str, Any]) -> list[str]:
@@ -205,8 +256,12 @@ def _functions_under_test(asserts: Sequence[str], trusted: Mapping[str, Any]) ->
     return names or called[:1]
 
 
-def harness(sock: socket.socket, job: dict[str, Any], deadline: float) -> dict[str, Any]:
-    """The harness (in Z): run the trusted tests against C's functions; return the verdict."""
+def harness(sock: socket.socket, job: dict[str, Any], deadline: float, prefetch: bool = True) -> dict[str, Any]:
+    """The harness (in Z): run the trusted tests against C's functions; return the verdict.
+
+    ``prefetch``: send the calls planned from the test's source in one message (:mod:`.prefetch`).
+    ``{"rerun": True}`` when the test did not make them: the caller runs the program again, fresh,
+    with ``prefetch=False``."""
     channel = Channel(sock, deadline)
     suite = job["suite"]
     # Compile the tests before anything else: a bad test is the dataset's fault, not the program's.
@@ -239,8 +294,15 @@ def harness(sock: socket.socket, job: dict[str, Any], deadline: float) -> dict[s
             return {"harness_error": f"the setup code raised {exc!r}"}
         # The functions under test come from the program even when the prompt (run above) defined
         # a stub of the same name, or the name is a builtin (MBPP's `def sum(...)`).
-        for name in [suite["entry_point"]] if units is None else _functions_under_test(suite["asserts"], ns):
+        under_test = [suite["entry_point"]] if units is None else _functions_under_test(suite["asserts"], ns)
+        for name in under_test:
             ns[name] = RemoteFunction(channel, ["n", name])
+        if prefetch:
+            sources = [suite["code"]] if units is None else suite["asserts"]
+            try:
+                channel.plan = _planned_calls(suite["kind"], sources, under_test)
+            except (ValueError, TypeError, KeyError, IndexError, OverflowError):
+                channel.plan = []  # an argument we cannot send ahead: the test makes its calls itself
         if units is None:
             ns["__rl_record__"] = results.append
             exec(test_code, ns)
@@ -257,6 +319,10 @@ def harness(sock: socket.socket, job: dict[str, Any], deadline: float) -> dict[s
                 except Exception as exc:
                     results.append(False)
                     detail = detail or f"{type(exc).__name__}: {exc}"[:500]
+        if channel.pending:
+            raise _Diverged
+    except _Diverged:
+        return {"rerun": True}
     except _Deadline:
         status = "timeout"
     except _Gone as exc:

@@ -121,7 +121,7 @@ def _private_dir(parent: str) -> str:
         return path
 
 
-def _handle_job(job: dict[str, Any], z_sock: socket.socket) -> dict[str, Any]:
+def _handle_job(job: dict[str, Any], z_sock: socket.socket, prefetch: bool = True) -> dict[str, Any]:
     start = time.monotonic()
     limits = job.get("limits", {})
     # P announced the next warm C before we asked: its channel is (or soon will be) waiting here.
@@ -150,7 +150,7 @@ def _handle_job(job: dict[str, Any], z_sock: socket.socket) -> dict[str, Any]:
     sock_send(z_sock, {"op": "go", "timeout": job["timeout"], "limits": limits})
     try:
         if sent:
-            verdict = harness(w_end, job, start + wall_seconds(float(job["timeout"]), limits))
+            verdict = harness(w_end, job, start + wall_seconds(float(job["timeout"]), limits), prefetch)
         else:
             verdict = {"harness_error": "the candidate process ended before it received its program"}
     except Exception:
@@ -159,6 +159,8 @@ def _handle_job(job: dict[str, Any], z_sock: socket.socket) -> dict[str, Any]:
         w_end.close()
     sock_send(z_sock, {"op": "stop", "ended": bool(verdict.get("ended_early"))})
     report = sock_recv(z_sock) or {}
+    if verdict.get("rerun"):  # the test did not make the calls planned from its source: again, fresh
+        return _handle_job(job, z_sock, prefetch=False)
     verdict.setdefault("passed", 0)
     verdict.setdefault("total", 0)
     tamper = set(verdict.pop("tamper", ()))
