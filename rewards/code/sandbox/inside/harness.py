@@ -157,6 +157,9 @@ def _call_message(target: list[Any], args: tuple[Any, ...], kwargs: Mapping[str,
             "kwargs": {str(k): encode(v, {}, False) for k, v in kwargs.items()}}
 
 
+_BUILTIN_NAMES = frozenset(vars(__import__("builtins")))
+
+
 class _TrustedGlobals(dict):
     """Globals of the test code: trusted definitions first (setup code, the prompt), builtins
     never taken from the program (a program-level ``abs = lambda x: 0`` must not reach the
@@ -165,10 +168,9 @@ class _TrustedGlobals(dict):
     def __init__(self, channel: Channel) -> None:
         super().__init__()
         self.channel = channel
-        self.builtin_names = frozenset(vars(__import__("builtins")))
 
     def __missing__(self, name: str) -> Any:
-        if name in self.builtin_names or name.startswith("__"):
+        if name in _BUILTIN_NAMES or name.startswith("__"):
             raise KeyError(name)
         value = self.channel.get(name)
         self[name] = value

@@ -4,10 +4,10 @@ P never sees a test, so neither does C.
 
 One cycle per program, kept short because everything P touches after a fork is a copy-on-write
 fault: fork the next warm C (its stdout/stderr are fresh memfds, its directory the fixed
-``<base>/w`` recreated empty), announce its channel to Z, then, on Z's ``go``, watch it until
-Z's ``stop`` and report; a functional program's job and every test call travel between Z and C
-directly, never through P. What every C shares (environment, streams, the tamper watch) was
-prepared once (:func:`~.candidate.prepare`).
+``<base>/w`` recreated empty), announce its channel to Z, and wait for Z's ``stop``; report and
+clean up. A functional program's job and every test call travel between Z and C directly, never
+through P. What every C shares (environment, streams, the tamper watch) was prepared once
+(:func:`~.candidate.prepare`).
 """
 
 from __future__ import annotations
@@ -102,10 +102,11 @@ def program_server(sock: socket.socket, base: str, uid: int, pidns: bool) -> Non
 
     Protocol with Z (``sock``): P announces each warm C with ``{"channel": true}`` and C's end of
     the channel as a file descriptor, before Z asks. Functional job: Z sends the job to C over
-    that channel and ``{"op": "go", "timeout", "limits"}`` to P; P watches C until Z's
-    ``{"op": "stop"}`` and replies with the run (exit, stdout/stderr tails, timeout). Stdin/stdout
-    job: ``{"op": "stdio", ...}`` with the inputs; P runs each case in a fresh C itself and replies
-    ``{"cases": [...]}``.
+    that channel, runs the tests, and sends P ``{"op": "stop", "ended", "timeout", "limits"}``; P
+    replies with the run (exit, stdout/stderr tails, timeout). The time limits of a functional
+    program are the harness's (its deadline) and C's own (RLIMIT_CPU); the host kills the whole
+    sandbox if Z does not answer. Stdin/stdout job: ``{"op": "stdio", ...}`` with the inputs; P
+    runs each case in a fresh C itself, each under its deadline, and replies ``{"cases": [...]}``.
     """
     import gc
 
@@ -119,13 +120,10 @@ def program_server(sock: socket.socket, base: str, uid: int, pidns: bool) -> Non
         if msg is None:
             warm.reap(server)
             return
-        if msg["op"] == "stop":  # a stop for a job that had already finished
-            continue
         limits = msg["limits"]
         tail = int(limits.get("output_tail_bytes", 2000))
-        if msg["op"] == "go":
-            warm.p_end.close()  # Z holds the channel now; C's job came from Z
-            sock_send(sock, _watch(warm, float(msg["timeout"]), limits, stop_sock=sock, tail=tail))
+        if msg["op"] == "stop":  # functional: Z has its verdict (or saw C's process end)
+            sock_send(sock, _stopped(warm, float(msg["timeout"]), bool(msg.get("ended")), tail))
             warm.reap(server)  # report first, clean up after: off the critical path
         else:
             job = {"mode": "stdio", "program": msg["program"], "limits": limits, "timeout": float(msg["timeout"])}
@@ -138,7 +136,7 @@ def program_server(sock: socket.socket, base: str, uid: int, pidns: bool) -> Non
                 sock_send(c.p_end, job, [stdin_fd])
                 os.close(stdin_fd)
                 c.p_end.close()
-                cases.append(_watch(c, job["timeout"], limits, stop_sock=None, tail=tail))
+                cases.append(_watch(c, job["timeout"], limits, tail))
                 c.reap(server)
             if not msg["inputs"]:
                 warm.reap(server)
@@ -152,60 +150,51 @@ def _announce(sock: socket.socket, warm: _Warm) -> _Warm:
     return warm
 
 
-def _watch(c: _Warm, timeout: float, limits: dict[str, Any], stop_sock: socket.socket | None,
-           tail: int) -> dict[str, Any]:
-    """Wait for C to exit, for a stop from Z, or for the deadline; C is SIGKILLed unless it exited."""
+def _stopped(c: _Warm, timeout: float, ended: bool, tail: int) -> dict[str, Any]:
+    """A functional program's run once Z has stopped it: ``ended`` -- the harness saw C's process
+    end: its exit status (a CPU-limit kill is a timeout); otherwise C is killed, nothing it does
+    from now on matters."""
+    timed_out = False
+    if ended:
+        _, c.status, usage = os.wait4(c.pid, 0)
+        code = os.waitstatus_to_exitcode(c.status)
+        timed_out = (code in (-signal.SIGXCPU, -signal.SIGKILL)
+                     and usage.ru_utime + usage.ru_stime >= 0.8 * cpu_seconds(timeout))
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(c.pid, signal.SIGKILL)
+    return {"status": "timeout" if timed_out else ("exited" if ended else "stopped"), "timed_out": timed_out,
+            "exit": None if c.status is None else os.waitstatus_to_exitcode(c.status),
+            "stderr": _tail(c.err, tail), "stdout": _tail(c.out, tail)}
+
+
+def _watch(c: _Warm, timeout: float, limits: dict[str, Any], tail: int) -> dict[str, Any]:
+    """A stdin/stdout case: wait for C to exit or for the deadline (then SIGKILL); its exit status
+    and whole stdout are part of the verdict."""
     start = time.monotonic()
-    functional = stop_sock is not None
-    # The harness's own deadline (the same wall-clock backstop) fires first and reports the timeout.
     deadline = start + wall_seconds(timeout, limits) + 0.25
-    cpu = 0.0
-    timed_out = stopped = False
+    timed_out = False
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             timed_out = True
             break
-        watch = [c.pidfd] + ([stop_sock] if stop_sock is not None else [])
-        ready = select.select(watch, [], [], left)[0]
-        if c.pidfd in ready:
-            _, c.status, usage = os.wait4(c.pid, 0)
-            cpu = usage.ru_utime + usage.ru_stime
-            # Killed by its CPU-time limit (SIGKILL: soft = hard limit) is a timeout. rusage reads a
-            # few percent below the limit the kernel enforced (0.96 s measured for a 1 s limit).
-            code = os.waitstatus_to_exitcode(c.status)
-            timed_out = code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= 0.8 * cpu_seconds(timeout)
+        if select.select([c.pidfd], [], [], left)[0]:
             break
-        if stop_sock is not None and stop_sock in ready:
-            msg = sock_recv(stop_sock)
-            assert msg is not None and msg["op"] == "stop", msg
-            stop_sock = None
-            if msg.get("ended"):  # the harness saw C's process end: wait for its exit status
-                continue
-            stopped = True  # the harness has its verdict; nothing C does from now on matters
-            break
-    if c.status is None:
+    if timed_out:
         with contextlib.suppress(ProcessLookupError):
             os.kill(c.pid, signal.SIGKILL)
-    if not functional and c.status is None:  # stdio: the exit status is part of the verdict
-        _, c.status, usage = os.wait4(c.pid, 0)
-        cpu = usage.ru_utime + usage.ru_stime
-    run: dict[str, Any] = {
-        "status": "timeout" if timed_out else ("stopped" if stopped else "exited"),
-        "timed_out": timed_out,
-        "exit": None if c.status is None else os.waitstatus_to_exitcode(c.status),
-        "seconds": time.monotonic() - start,
-        "cpu_seconds": round(cpu, 4),
-        "stderr": _tail(c.err, tail),
-        "stdout": _tail(c.out, tail),
-    }
-    if not functional:
-        cap = int(limits.get("max_output_bytes", 8 << 20))
-        data = _read(c.out, 0, cap + 1)
-        run["tail"] = run["stdout"]
-        run["stdout"] = data[:cap].decode(errors="replace")
-        run["truncated"] = len(data) > cap
-    return run
+    _, c.status, usage = os.wait4(c.pid, 0)
+    cpu = usage.ru_utime + usage.ru_stime
+    # Killed by its CPU-time limit (SIGKILL: soft = hard limit) is a timeout. rusage reads a few
+    # percent below the limit the kernel enforced (0.96 s measured for a 1 s limit).
+    code = os.waitstatus_to_exitcode(c.status)
+    timed_out = timed_out or (code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= 0.8 * cpu_seconds(timeout))
+    cap = int(limits.get("max_output_bytes", 8 << 20))
+    data = _read(c.out, 0, cap + 1)
+    return {"status": "timeout" if timed_out else "exited", "timed_out": timed_out, "exit": code,
+            "seconds": time.monotonic() - start, "cpu_seconds": round(cpu, 4), "stderr": _tail(c.err, tail),
+            "tail": _tail(c.out, tail), "stdout": data[:cap].decode(errors="replace"), "truncated": len(data) > cap}
 
 
 def _read(fd: int, offset: int, n: int) -> bytes:

@@ -147,7 +147,6 @@ def _handle_job(job: dict[str, Any], z_sock: socket.socket, prefetch: bool = Tru
         sent = True
     except OSError:  # the warm C died before its job: not the program's doing
         sent = False
-    sock_send(z_sock, {"op": "go", "timeout": job["timeout"], "limits": limits})
     try:
         if sent:
             verdict = harness(w_end, job, start + wall_seconds(float(job["timeout"]), limits), prefetch)
@@ -157,7 +156,8 @@ def _handle_job(job: dict[str, Any], z_sock: socket.socket, prefetch: bool = Tru
         verdict = {"harness_error": "harness: " + traceback.format_exc(limit=6)}
     finally:
         w_end.close()
-    sock_send(z_sock, {"op": "stop", "ended": bool(verdict.get("ended_early"))})
+    sock_send(z_sock, {"op": "stop", "ended": bool(verdict.get("ended_early")), "timeout": job["timeout"],
+                       "limits": limits})
     report = sock_recv(z_sock) or {}
     if verdict.get("rerun"):  # the test did not make the calls planned from its source: again, fresh
         return _handle_job(job, z_sock, prefetch=False)
