@@ -166,6 +166,7 @@ class Scored:
     """What ``reward.score(texts, references, fields)`` returned (rewards.compose.CompositeScores)."""
 
     def matches(self, texts: Sequence[str], references: Sequence[Any], fields: Sequence[Any] | None) -> bool:
+        """Whether ``reward.score`` is asked for exactly what was scored (``fields`` None: no fields)."""
         return (list(texts), list(references), [dict(f) for f in fields or [{} for _ in texts]]) == \
             (self.texts, self.references, self.fields)
 
@@ -183,8 +184,8 @@ def score_step(reward: Any, groups: Sequence[Sequence[Any]], req: Request, timeo
 class PrescoredReward:
     """The trainer's reward (``ctx.reward``) when the generator scores the rollouts: :meth:`score` returns
     the scores the generator computed when asked for exactly the inputs it scored (the verifiers are pure
-    functions of them), and scores in the trainer otherwise (saying so once). Everything else is the
-    task's reward's (``specs``, ``verifiers``)."""
+    functions of them), and scores in the trainer otherwise (warning once). Everything else is the
+    task's reward's (``specs``, ``verifiers``, ``none_policy``: a CompositeReward's)."""
 
     def __init__(self, reward: Any, engine: AsyncEngine) -> None:
         self.reward, self.engine = reward, engine
@@ -200,7 +201,7 @@ class PrescoredReward:
             self._warned = True
             log.warning("rollout.max_staleness: the generator scored other inputs than the rollout asks for "
                         "(reasoning_rl.async_rollout.score_step and reasoning_rl.groups.sample_and_score "
-                        "differ); the trainer scores the rewards itself from here on (correct, slower)")
+                        "differ); the trainer scores such steps itself (correct, slower)")
         return self.reward.score(completions, references, fields, timeout=timeout, pool=pool)
 
 
