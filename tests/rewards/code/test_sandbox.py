@@ -97,6 +97,34 @@ def test_stdio_per_case_timeout_and_crash(box: Sandbox) -> None:
     assert result.status == "timeout"
 
 
+def test_each_program_starts_in_an_empty_directory_of_its_own(box: Sandbox) -> None:
+    # The directory's path is the same for every program of a sandbox (prepared once in P); it is
+    # recreated empty before each one, and is the program's cwd, $HOME and $TMPDIR.
+    writer = ("import os, tempfile\ndef f():\n    open('left.txt', 'w').write('x')\n"
+              "    os.mkdir('sub')\n    open('sub/deep.txt', 'w').write('y')\n"
+              "    tempfile.mkstemp()\n    return sorted(os.listdir('.'))\n")
+    reader = ("import os, tempfile\ndef f():\n    return [os.listdir('.'), os.getcwd() == os.environ['HOME'] == "
+              "os.environ['TMPDIR'] == tempfile.gettempdir()]\n")
+    first = box.execute(FunctionalTests(asserts=("assert len(f()) == 3",)).job(writer, 5.0, {}))
+    second = box.execute(FunctionalTests(asserts=("assert f() == [[], True]",)).job(reader, 5.0, {}))
+    assert (first.status, second.status) == ("passed", "passed"), (first.detail, second.detail)
+
+
+def test_programs_get_their_own_random_seed_and_installed_packages(box: Sandbox) -> None:
+    # Each program's `random` is seeded afresh (C is forked without Python's at-fork handlers);
+    # the site-packages folders are importable (the jail runs without `site`, they are added).
+    program = "import random\ndef f():\n    return random.random()\n"
+    values = {  # the message is the value: "AssertionError: 0.41..."
+        box.execute(FunctionalTests(asserts=("assert f() < 0, f()",)).job(program, 5.0, {})).detail
+        for _ in range(3)
+    }
+    assert len(values) == 3, values
+    if box.level != "rlimits":  # there, C cannot read a Python under a private home (docs/code_sandbox.md)
+        uses_pytest = "import pytest\ndef f():\n    return pytest.__name__\n"
+        result = box.execute(FunctionalTests(asserts=("assert f() == 'pytest'",)).job(uses_pytest, 5.0, {}))
+        assert result.status == "passed", result.detail
+
+
 @pytest.mark.parametrize(("completion", "mode", "expected"), [
     ("text\n```python\ndef a(): pass\n```\nmore\n```python\ndef b(): pass\n```", "last_block", "def b(): pass\n"),
     ("```\nx = 1\n```", "last_block", "x = 1\n"),
