@@ -68,3 +68,19 @@ def test_new_operations_pass_their_reference_and_get_partial_credit():
         pool.close()
     # x - 38 is right where x >= 38 (44, 9973), 38 - x where x <= 38 (the other 7), x + 16 only at x = 0
     assert rewards == pytest.approx([1.0, 2 / 9, 7 / 9, 1.0, 1 / 9])
+
+
+def test_the_recipes_all_or_nothing_reward_pays_a_wrong_constant_nothing():
+    from rewards.compose import RewardSpec
+
+    partial = Task(TaskConfig(name="code_synthetic"))
+    strict = Task(TaskConfig(name="code_synthetic", rewards=[RewardSpec(name="code", options={"partial_credit": False})]))
+    e = next(e for e in partial.examples("train") if e.id == "code_synthetic/floordiv/82")
+    pool = WorkerPool(1)
+    try:
+        got = [t.reward().score(["x // 46", "x // 82"], [e.reference] * 2, [e.fields] * 2, timeout=60, pool=pool).rewards
+               for t in (partial, strict)]
+    finally:
+        pool.close()
+    # x // 46 and x // 82 agree on every hidden input but 9973 (216 against 121): 8 of 9 tests
+    assert got == [pytest.approx([8 / 9, 1.0]), [0.0, 1.0]]
