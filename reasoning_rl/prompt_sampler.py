@@ -7,6 +7,7 @@ therefore advances identically, so the state rank 0 checkpoints resumes every ra
 
 from __future__ import annotations
 
+import copy
 import random
 
 from reasoning_rl import distributed
@@ -49,8 +50,7 @@ class PromptSampler:
         """The global examples of the next ``steps`` calls of ``next_global(k)``, without advancing:
         a pure function of (seed, epoch, position), so the prompts of a future step are known now
         (asynchronous rollouts sample them ahead, reasoning_rl.async_rollout)."""
-        ahead = PromptSampler(self.num_examples, self.seed)
-        ahead.load_state_dict(self.state_dict())
+        ahead = copy.copy(self)  # shares this epoch's permutation (next_global replaces it, never changes it)
         return [ahead.next_global(k) for _ in range(steps)]
 
     def state_dict(self) -> dict[str, int]:

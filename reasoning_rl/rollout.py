@@ -54,6 +54,10 @@ class Completion:
     """One 0/1 per token id: 1 on tokens the policy sampled, 0 on tokens it was given (a multi-turn
     episode's observations, reasoning_rl.envs.episode), which the loss and every per-token statistic
     leave out; their ``logprobs`` are NaN. None = every token was sampled (single-turn)."""
+    ref_logprobs: list[float] | None = None
+    """log pi_ref of each token the completion is trained as (an empty one: its EOS), computed by the
+    asynchronous generator process (reasoning_rl.async_rollout.ReferenceJob); the update then skips its own
+    reference forward. None = not computed there (the update computes them)."""
 
     @property
     def num_tokens(self) -> int:

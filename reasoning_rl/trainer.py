@@ -42,7 +42,8 @@ from reasoning_rl import distributed
 from reasoning_rl.algo.base import Algorithm, RunContext
 from reasoning_rl.algo.batch import step_seed
 from reasoning_rl.algo.registry import get_algorithm
-from reasoning_rl.async_rollout import AsyncEngine, Request, async_engine
+from reasoning_rl.async_checks import reference_refusal
+from reasoning_rl.async_rollout import AsyncEngine, Request, async_engine, trainer_reward
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.envs.episode import with_environment
@@ -125,8 +126,9 @@ class Trainer:
                                   rollout=cfg.rollout, workdir=self.run_dir / ".vllm", seed=cfg.trainer.seed)
         # Training rollouts come from a perturbed copy when rollout.inject makes a mismatch (reasoning_rl.inject).
         rollout_engine = inject_engine(self.engine, cfg.rollout, self.model, cfg.trainer.seed)
-        # rollout.max_staleness >= 1: they come from a generator process running ahead (reasoning_rl.async_rollout).
-        rollout_engine = async_engine(rollout_engine, cfg.rollout, self.model, self.tokenizer)
+        # rollout.max_staleness >= 1: they come from a generator process running ahead (reasoning_rl.async_rollout),
+        # scored there too (the algorithm's reward then hands over the generator's scores: trainer_reward).
+        rollout_engine = async_engine(rollout_engine, cfg.rollout, self.model, self.tokenizer, reward=self.reward)
         self.train_examples = self.task.examples(self.task.train_split, self.tokenizer)
         eval_split = self.task.eval_split
         self.eval_examples = (
@@ -148,7 +150,8 @@ class Trainer:
         self.memory_plan = log_plan(cfg, self.model, self.tokenizer, [e.prompt for e in self.train_examples])
         self.context = RunContext(
             cfg=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, device=self.device,
-            engine=rollout_engine, sampling=self.sampling, reward=self.reward, pool=self.pool,
+            engine=rollout_engine, sampling=self.sampling, reward=trainer_reward(self.reward, rollout_engine),
+            pool=self.pool,
             train_examples=self.train_examples, sampler=self.sampler, resumed=self.resume_from is not None,
         )
         self.algorithm: Algorithm = entry.algorithm(self.context)
@@ -180,6 +183,7 @@ class Trainer:
         state = ckpt.load_trainer_state(self.resume_from) if self.resume_from is not None else None
         distributed.broadcast_parameters(self.model)  # every rank starts from rank 0's weights
         self.algorithm.setup(state)
+        self._reference_to_generator()
         if self.cfg.trainer.fsdp and distributed.is_distributed():
             self._shard()
         if state is not None:
@@ -209,6 +213,25 @@ class Trainer:
             return
         self.context.engine.load_history(history)
 
+    def _reference_to_generator(self) -> None:
+        """rollout.max_staleness: the generator computes the reference log-probs of its completions when the
+        algorithm offers its reference (``generator_reference``: the grpo module, by the rule of
+        reasoning_rl.async_checks.reference_refusal); otherwise the algorithm's update computes them."""
+        engine = self.context.engine
+        if not isinstance(engine, AsyncEngine):
+            return
+        offer = getattr(self.algorithm, "generator_reference", None)
+        job = offer() if offer is not None else None
+        if job is not None:
+            engine.set_reference(job)
+            log.info("asynchronous rollouts: the generator process samples, scores the rewards and computes the "
+                     "reference log-probs; the trainer updates")
+            return
+        why = (reference_refusal(self.cfg) or "no reference model") if offer is not None else \
+            f"algo.name={self.cfg.algo.name!r} computes them in its update"
+        log.info("asynchronous rollouts: the generator process samples and scores the rewards; the update computes "
+                 "the reference log-probs (%s)", why)
+
     def _prefetch(self) -> None:
         """rollout.max_staleness: request the rollouts of this step and the next k (those not yet requested).
         Step s samples with version max(0, s - k), the prompt sampler's prompts of that step, its seed."""
@@ -221,10 +244,11 @@ class Trainer:
         if last <= engine.next_step:
             return
         ahead = self.sampler.upcoming(a.prompts_per_step, last - self.step)
-        engine.prefetch([Request(step=s, prompts=[self.train_examples[i].prompt for i in ahead[s - self.step]],
-                                 n=a.group_size, sampling=self.sampling, seed=step_seed(self.cfg.trainer.seed, s),
-                                 version=max(0, s - engine.k))
-                         for s in range(engine.next_step, last)])
+        examples = {s: [self.train_examples[i] for i in ahead[s - self.step]] for s in range(engine.next_step, last)}
+        engine.prefetch([Request(step=s, prompts=[e.prompt for e in ex], n=a.group_size, sampling=self.sampling,
+                                 seed=step_seed(self.cfg.trainer.seed, s), version=max(0, s - engine.k),
+                                 references=[e.reference for e in ex], fields=[dict(e.fields) for e in ex])
+                         for s, ex in examples.items()])
 
     def _sampling_version(self) -> int:
         """The policy version that samples this step's training rollouts."""

@@ -35,6 +35,8 @@ from reasoning_rl.algo.losses import grpo_loss
 from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
+from reasoning_rl.async_checks import reference_refusal
+from reasoning_rl.async_rollout import ReferenceJob, reference_rows
 from reasoning_rl.batching import pack
 from reasoning_rl.groups import (
     ScoredGroups,
@@ -91,6 +93,16 @@ class GRPO(Algorithm):
 
     def optimizers(self) -> list[Any]:
         return [self.optimizer]
+
+    def generator_reference(self) -> ReferenceJob | None:
+        """pi_ref and how :meth:`update` computes its log-probs, for the asynchronous generator to compute
+        them for its completions (reasoning_rl.async_rollout); None where the rule says the update does
+        (reasoning_rl.async_checks.reference_refusal)."""
+        if self.ref_model is None or reference_refusal(self.ctx.cfg) is not None:
+            return None
+        mb, group = self._micro_batch()
+        return ReferenceJob(self.ref_model, mb, group, self.ctx.cfg.trainer.precision,
+                            self.ctx.tokenizer.eos_token_id, self.ctx.tokenizer.pad_token_id)
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -183,9 +195,11 @@ class GRPO(Algorithm):
                 old = frozen_logprobs(model, prompts, comps, pad, temperature, mb, group, **support)
         else:
             old = None  # mu == 1: pi_old == pi_theta, the ratio is exactly 1 (detached copy below)
-        with self.precision.autocast():
-            ref = frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, group, **support) \
-                if self.ref_model is not None else None
+        # pi_ref's log-probs: the asynchronous generator's when it computed them (the same rows and micro-batches).
+        ref = reference_rows(ro.completions, comps) if self.ref_model is not None else None
+        if ref is None and self.ref_model is not None:
+            with self.precision.autocast():
+                ref = frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, group, **support)
         set_training(model, True)
         seconds = {"logprobs": time.perf_counter() - t_start, "policy": 0.0, "optimizer": 0.0}
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses).
