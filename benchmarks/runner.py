@@ -23,6 +23,7 @@ from benchmarks.evaluate import (
     RESULTS_FILE,
     EngineSource,
     ScoringSettings,
+    episode_line,
     evaluate,
     format_metric,
     read_samples,
@@ -242,10 +243,12 @@ class Evaluator:
         settings = {"model": str(model), "benchmark": spec.key, "n": cfg.n, "sampling": dataclasses.asdict(sampling),
                     "chat_template": use_chat, "system_prompt": system_prompt, "num_fewshot": cfg.num_fewshot,
                     "seed": cfg.seed, "backend": resolve_backend(cfg.backend, cfg.device),
-                    **({"prompt_template": prompting.prompt_template} if prompting.prompt_template else {})}
+                    **({"prompt_template": prompting.prompt_template} if prompting.prompt_template else {}),
+                    **({"env": cfg.env, "episode": dataclasses.asdict(cfg.episode)} if cfg.env else {})}
         source = EngineSource(
             engine=engine, sampling=sampling, n=cfg.n, seed=cfg.seed, settings=settings,
             build_prompt=lambda p: build_prompt(p.prompt, shots, tokenizer, use_chat, system_prompt),
+            env=cfg.env, episode=cfg.episode, tokenizer=tokenizer,
         )
         model_info = {"name_or_path": str(model), "step": step, "generation": settings,
                       "prompting_sources": prompting.sources}
@@ -294,6 +297,8 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
         results += run_sweep(evaluator, specs)
     for r in results:
         print(result_line(r))
+        if episode_line(r):
+            print(episode_line(r))
         for line in breakdown_lines(r):
             print(line)
         if "grader_sensitivity" in r:
