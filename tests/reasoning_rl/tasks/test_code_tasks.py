@@ -23,8 +23,8 @@ def score(task: Task, completions: list[str], examples) -> list[float | None]:
 
 def test_synthetic_train_and_test_never_share_a_function():
     train = {r["id"] for r in make_code_dataset(4000, 0, "train")}
-    test = [r["id"] for r in make_code_dataset(200, 1, "test", cycle=False)]
-    assert len(test) == len(set(test)) == 40 and len(train) == 200 and not train & set(test)
+    test = [r["id"] for r in make_code_dataset(1000, 1, "test", cycle=False)]
+    assert len(test) == len(set(test)) == 239 and len(train) == 751 and not train & set(test)
 
 
 def test_hidden_inputs_tell_every_two_different_functions_apart():
