@@ -113,6 +113,10 @@ class GRPOConfig(ClippedPolicyConfig):
         if self.entropy_control not in ENTROPY_CONTROLS:
             out.append(f"algo.entropy_control={self.entropy_control!r} is unknown; "
                        f"choose one of {', '.join(ENTROPY_CONTROLS)}")
+        if self.entropy_control == "kl_cov" and self.num_iterations == 1:
+            # With one update per batch pi_old is pi_theta detached: |log pi - log pi_old| is 0 with gradient 0.
+            out.append("algo.entropy_control=kl_cov does nothing with algo.num_iterations=1 (its penalty "
+                       "|log pi - log pi_old| is 0 when each batch is used once); set algo.num_iterations=2 or more")
         if self.clip_cov_low > self.clip_cov_high:
             out.append(f"algo.clip_cov_low={self.clip_cov_low} is above algo.clip_cov_high={self.clip_cov_high}: "
                        f"no token could be picked; swap them")

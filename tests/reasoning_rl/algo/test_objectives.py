@@ -272,6 +272,7 @@ def test_on_policy_expected_kl_gradient_of_each_placement(estimator, placement, 
     ({"kl_placement": "reward"}, "set algo.kl_estimator=k1"),
     ({"kl_placement": "advantage"}, "algo.kl_placement='advantage' is unknown"),
     ({"advantage": "pass_at_k", "pass_k": 16}, "algo.pass_k=16 exceeds algo.group_size=8"),
+    ({"entropy_control": "kl_cov"}, "algo.entropy_control=kl_cov does nothing with algo.num_iterations=1"),
 ])
 def test_config_problems_name_the_setting_and_the_fix(changes, message):
     problems = GRPOConfig(**changes).problems()
