@@ -47,6 +47,9 @@ def _bwrap_command(argv_tail: list[str], is_root: bool) -> list[str]:
             cmd += ["--ro-bind", top, top]
     for path in ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf"):
         cmd += ["--ro-bind-try", path, path]
+    # The private /tmp first: a Python installed under /tmp (a virtual environment there) is bound on top
+    # of it below, so its site-packages stay visible instead of being hidden by the tmpfs.
+    cmd += ["--dev", "/dev", "--proc", "/proc", "--size", str(256 << 20), "--tmpfs", "/tmp"]
     made: set[str] = set()
     for root in python_roots():
         # The Python installation may live under a private home (/root/.pyenv): its parents are
@@ -56,7 +59,6 @@ def _bwrap_command(argv_tail: list[str], is_root: bool) -> list[str]:
                 made.add(parent)
                 cmd += ["--perms", "0755", "--dir", parent]
         cmd += ["--ro-bind", root, root]
-    cmd += ["--dev", "/dev", "--proc", "/proc", "--size", str(256 << 20), "--tmpfs", "/tmp"]
     cmd += ["--ro-bind", INSIDE, "/sandbox/inside"]
     cmd += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if is_root:
