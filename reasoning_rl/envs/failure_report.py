@@ -157,17 +157,11 @@ def _defined_names(source: str) -> set[str]:
 def function_under_test(asserts: Sequence[str], setup: str = "") -> str | None:
     """The function MBPP-style assert lines call (the first called name that is not a builtin and not
     defined by the setup code; when every called name is a builtin, the first one: MBPP's ``def sum``)."""
-    import builtins
+    # The trusted harness's own rule (it picks the same function when it runs the tests).
+    from rewards.code.sandbox.inside.harness import _functions_under_test
 
-    defined = _defined_names(setup)
-    called: list[str] = []
-    for src in asserts:
-        for node in ast.walk(ast.parse(src)):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in called:
-                called.append(node.func.id)
-    called = [n for n in called if n not in defined]
-    names = [n for n in called if not hasattr(builtins, n)]
-    return (names or called or [None])[0]
+    names = _functions_under_test(asserts, dict.fromkeys(_defined_names(setup)))
+    return names[0] if names else None
 
 
 def reporting_suite(tests: Tests) -> Tests:
