@@ -18,8 +18,8 @@ otherwise). For each step the generator process
     samples      the completions (the engine of ``rollout.backend``)
     scores       their rewards (the task's reward, in reward workers of its own), and
     references   their log-probs under the frozen pi_ref, in the micro-batches and precision of the
-                 update (:class:`ReferenceJob`), when the algorithm offers one (``GRPO.generator_reference``;
-                 the rule: reasoning_rl.async_checks.reference_refusal)
+                 update (:class:`reasoning_rl.algo.batch.ReferenceJob`), when the algorithm offers one
+                 (``GRPO.generator_reference``; the rule: reasoning_rl.async_checks.reference_refusal)
 
 and the trainer's critical path is the policy forward and backward. What the generator computed is
 exactly what the trainer would have: the rewards come from the same verifiers on the same inputs
@@ -58,9 +58,7 @@ from typing import Any
 
 import torch
 
-from reasoning_rl.algo.batch import sampled_support, trained_tokens
-from reasoning_rl.policy.logprobs import frozen_logprobs
-from reasoning_rl.policy.precision import MixedPrecision
+from reasoning_rl.algo.batch import ReferenceJob
 
 log = logging.getLogger(__name__)
 
@@ -116,45 +114,6 @@ def load_weights_(model: Any, state: dict[str, torch.Tensor]) -> None:
 
 
 # -- what the generator computes besides sampling ----------------------------------------------------
-@dataclass
-class ReferenceJob:
-    """The frozen reference pi_ref and how the algorithm's update computes the log-probs of a step's
-    completions under it (:func:`~reasoning_rl.policy.logprobs.frozen_logprobs` over the step's rows, in the
-    update's micro-batches and autocast): the generator computes them the same way for its completions."""
-
-    model: Any
-    """pi_ref, frozen for the whole run (its tensors reach the generator in shared memory, not copied)."""
-    micro_batch: int
-    """Rows a forward pass: the update's ``algo.micro_batch_size``."""
-    shared_rows: int
-    """Consecutive rows that share one prompt in that forward (reasoning_rl.algo.batch.micro_batching)."""
-    precision: str
-    """``trainer.precision``: the autocast the update computes them under."""
-    eos_token_id: int
-    """An empty completion is trained as its EOS (reasoning_rl.algo.batch.trained_tokens)."""
-    pad_token_id: int
-
-    def logprobs(self, completions: Sequence[Any], sampling: Any) -> list[list[float]]:
-        """log pi_ref of every trained token of ``completions`` (one list per completion, in order)."""
-        rows = [trained_tokens(c.token_ids, self.eos_token_id, c.loss_mask) for c in completions]
-        prompts = [list(c.prompt_token_ids) for c in completions]
-        device_type = next(self.model.parameters()).device.type
-        with MixedPrecision(self.precision, device_type).autocast():
-            out = frozen_logprobs(self.model, prompts, rows, self.pad_token_id, sampling.temperature,
-                                  self.micro_batch, self.shared_rows, **sampled_support(sampling))
-        return [row.tolist() for row in out]
-
-
-def reference_rows(completions: Sequence[Any], trained: Sequence[Sequence[int]]) -> list[torch.Tensor] | None:
-    """The generator's pi_ref log-probs of each completion's trained tokens (``Completion.ref_logprobs``),
-    one ``[len]`` float32 row each, as ``frozen_logprobs`` returns them; None unless every completion
-    carries one per trained token (the update then runs the reference forward itself)."""
-    lps = [getattr(c, "ref_logprobs", None) for c in completions]
-    if not lps or any(lp is None or len(lp) != len(t) for lp, t in zip(lps, trained, strict=True)):
-        return None
-    return [torch.tensor(lp, dtype=torch.float32) for lp in lps]
-
-
 @dataclass
 class Scored:
     """The rewards the generator computed for one step's completions, with the exact inputs it scored."""

@@ -56,7 +56,7 @@ class Completion:
     leave out; their ``logprobs`` are NaN. None = every token was sampled (single-turn)."""
     ref_logprobs: list[float] | None = None
     """log pi_ref of each token the completion is trained as (an empty one: its EOS), computed by the
-    asynchronous generator process (reasoning_rl.async_rollout.ReferenceJob); the update then skips its own
+    asynchronous generator process (reasoning_rl.algo.batch.ReferenceJob); the update then skips its own
     reference forward. None = not computed there (the update computes them)."""
 
     @property

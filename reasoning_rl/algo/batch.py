@@ -25,7 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from reasoning_rl.groups import ScoredGroups, sample_and_score
+from reasoning_rl.policy.logprobs import frozen_logprobs
+from reasoning_rl.policy.precision import MixedPrecision
 
 if TYPE_CHECKING:
     from reasoning_rl.algo.base import RunContext
@@ -139,3 +143,43 @@ def micro_batching(micro_batch_size: int, group_size: int, shared_prompt_forward
                                    f"per group of {g}: algo.micro_batch_size={m} cuts groups (gcd({m}, {g}) "
                                    f"= {d}); a multiple of {g} encodes it once per group")
     return MicroBatching(m, g)
+
+
+# -- reference log-probs of a step's completions, computed outside the update ------------------------
+@dataclass
+class ReferenceJob:
+    """The frozen reference pi_ref and how the algorithm's update computes the log-probs of a step's
+    completions under it (:func:`~reasoning_rl.policy.logprobs.frozen_logprobs` over the step's rows, in the
+    update's micro-batches and autocast): the generator computes them the same way for its completions."""
+
+    model: Any
+    """pi_ref, frozen for the whole run (its tensors reach the generator in shared memory, not copied)."""
+    micro_batch: int
+    """Rows a forward pass: the update's ``algo.micro_batch_size``."""
+    shared_rows: int
+    """Consecutive rows that share one prompt in that forward (reasoning_rl.algo.batch.micro_batching)."""
+    precision: str
+    """``trainer.precision``: the autocast the update computes them under."""
+    eos_token_id: int
+    """An empty completion is trained as its EOS (reasoning_rl.algo.batch.trained_tokens)."""
+    pad_token_id: int
+
+    def logprobs(self, completions: Sequence[Any], sampling: Any) -> list[list[float]]:
+        """log pi_ref of every trained token of ``completions`` (one list per completion, in order)."""
+        rows = [trained_tokens(c.token_ids, self.eos_token_id, c.loss_mask) for c in completions]
+        prompts = [list(c.prompt_token_ids) for c in completions]
+        device_type = next(self.model.parameters()).device.type
+        with MixedPrecision(self.precision, device_type).autocast():
+            out = frozen_logprobs(self.model, prompts, rows, self.pad_token_id, sampling.temperature,
+                                  self.micro_batch, self.shared_rows, **sampled_support(sampling))
+        return [row.tolist() for row in out]
+
+
+def reference_rows(completions: Sequence[Any], trained: Sequence[Sequence[int]]) -> list[torch.Tensor] | None:
+    """The generator's pi_ref log-probs of each completion's trained tokens (``Completion.ref_logprobs``),
+    one ``[len]`` float32 row each, as ``frozen_logprobs`` returns them; None unless every completion
+    carries one per trained token (the update then runs the reference forward itself)."""
+    lps = [getattr(c, "ref_logprobs", None) for c in completions]
+    if not lps or any(lp is None or len(lp) != len(t) for lp, t in zip(lps, trained, strict=True)):
+        return None
+    return [torch.tensor(lp, dtype=torch.float32) for lp in lps]

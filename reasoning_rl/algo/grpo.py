@@ -28,7 +28,15 @@ from reasoning_rl import distributed
 from reasoning_rl.algo.advantages import advantage_options, compute_advantages, zero_std_fraction
 from reasoning_rl.algo.aggregation import LossNormalizer
 from reasoning_rl.algo.base import Algorithm, StepOutput
-from reasoning_rl.algo.batch import micro_batching, sample_step, sampled_support, step_seed, training_rows
+from reasoning_rl.algo.batch import (
+    ReferenceJob,
+    micro_batching,
+    reference_rows,
+    sample_step,
+    sampled_support,
+    step_seed,
+    training_rows,
+)
 from reasoning_rl.algo.entropy_control import EntropyControl, position_deciles
 from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.algo.losses import grpo_loss
@@ -36,7 +44,6 @@ from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.async_checks import reference_refusal
-from reasoning_rl.async_rollout import ReferenceJob, reference_rows
 from reasoning_rl.batching import pack
 from reasoning_rl.groups import (
     ScoredGroups,

@@ -8,16 +8,15 @@ import time
 import pytest
 import torch
 
+from reasoning_rl.algo.batch import ReferenceJob, reference_rows
 from reasoning_rl.async_checks import reference_refusal
 from reasoning_rl.async_rollout import (
     AsyncEngine,
     GeneratorError,
     PrescoredReward,
-    ReferenceJob,
     Request,
     Scored,
     pack_state,
-    reference_rows,
     unpack_state,
 )
 from reasoning_rl.checkpoint import load_trainer_state
