@@ -36,14 +36,15 @@ class LazyEngine:
 
     def generate_from_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig,
                           seed: int | None = None) -> list[Completion]:
-        """Continue from token ids (multi-turn episodes, ``env=``): the hf engine can, vLLM's cannot."""
+        """Continue from token ids (multi-turn episodes, ``env=``): both backends can (vLLM takes the ids
+        as its prompt, :meth:`reasoning_rl.policy.vllm.VLLMSampler.generate_from_ids`)."""
         engine = self._built()
         if not callable(getattr(engine, "generate_from_ids", None)):
             from reasoning_rl.envs.episode import EngineCannotContinueError
 
             raise EngineCannotContinueError(
                 f"env=: the generation engine {type(engine).__name__} cannot continue from token ids, which "
-                "multi-turn episodes need; use backend=hf")
+                "multi-turn episodes need; use backend=hf or backend=vllm")
         return engine.generate_from_ids(prompt_ids, sampling, seed=seed)
 
     def _built(self) -> Any:

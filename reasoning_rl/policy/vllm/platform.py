@@ -126,7 +126,11 @@ def engine_options(folder: str | Path, *, dtype: str, seed: int | None, platform
     sequence (``max_model_len``, else ``model_max_len``): vLLM's CPU build fails a seeded request
     whose prompt is split over steps (``RuntimeError: CPU Generator does not use offset``), and
     every request here is seeded. The KV cache there is :data:`CPU_KV_CACHE_GIB` unless
-    ``VLLM_CPU_KVCACHE_SPACE`` is set (vLLM reads it itself)."""
+    ``VLLM_CPU_KVCACHE_SPACE`` is set (vLLM reads it itself).
+
+    Prefix caching is left to vLLM, which turns it on where the platform has it (vLLM 0.32: CUDA and
+    the x86 CPU build): a multi-turn episode's next turn then reads its context's whole cache blocks
+    back instead of recomputing them; :func:`prefix_caching` says what a started engine runs with."""
     options: dict[str, Any] = dict(model=str(folder), dtype=dtype, seed=seed, **extra)
     if max_model_len:
         options["max_model_len"] = max_model_len
@@ -136,6 +140,15 @@ def engine_options(folder: str | Path, *, dtype: str, seed: int | None, platform
         if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             options["kv_cache_memory_bytes"] = CPU_KV_CACHE_GIB * 2**30
     return options
+
+
+def prefix_caching(llm: Any) -> dict[str, Any]:
+    """What a started engine's prefix cache runs with: ``prefix_caching`` (on/off, as vLLM settled
+    it) and ``block_size`` (tokens per cache block: only whole blocks are reused; 128 on the CPU
+    build); None where this vLLM does not say."""
+    cache = getattr(getattr(getattr(llm, "llm_engine", None), "vllm_config", None), "cache_config", None)
+    return {"prefix_caching": getattr(cache, "enable_prefix_caching", None),
+            "block_size": getattr(cache, "block_size", None)}
 
 
 def start_llm(options: Mapping[str, Any]) -> Any:

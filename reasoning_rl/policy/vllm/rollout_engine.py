@@ -21,6 +21,7 @@ from reasoning_rl.policy.vllm.platform import (
     current_platform,
     dtype_name,
     engine_options,
+    prefix_caching,
     resolve_sleep_mode,
     start_llm,
 )
@@ -59,6 +60,7 @@ class VLLMRolloutEngine(VLLMSampler):
         self.settings: dict[str, Any] = {}
         """What the engine runs with (dtype of each side, platform, sleep mode): the run header."""
         self._metrics: dict[str, float] = {}
+        self._mismatch_tokens = 0  # sampled tokens behind the mismatch in _metrics
 
     @classmethod
     def colocated(cls, model: Any, tokenizer: Any, rollout: Any, workdir: str | Path,
@@ -91,10 +93,11 @@ class VLLMRolloutEngine(VLLMSampler):
                      sleep_level=rollout.vllm_sleep_level, check_logprobs=rollout.vllm_check_logprobs,
                      micro_batch=rollout.batch_size)
         engine.settings = {"platform": platform.device, "trainer_dtype": trainer_dtype, "engine_dtype": engine_dtype,
-                           "sleep_mode": sleep_mode, "sleep_mode_reason": sleep_why}
+                           "sleep_mode": sleep_mode, "sleep_mode_reason": sleep_why, **prefix_caching(llm)}
         (folder / "engine.json").write_text(json.dumps(engine.settings, indent=2))
-        log.info("[vllm] engine on %s: engine dtype %s, trainer dtype %s; sleep mode %s (%s)", platform.device,
-                 engine_dtype, trainer_dtype, "on" if sleep_mode else "off", sleep_why)
+        log.info("[vllm] engine on %s: engine dtype %s, trainer dtype %s; sleep mode %s (%s); prefix caching %s "
+                 "(blocks of %s tokens)", platform.device, engine_dtype, trainer_dtype, "on" if sleep_mode else "off",
+                 sleep_why, "on" if engine.settings["prefix_caching"] else "off", engine.settings["block_size"])
         if engine_dtype != trainer_dtype:
             log.warning("[vllm] the engine samples in %s, the trainer computes in %s: expect a log-prob mismatch "
                         "of the lower precision (~1e-2 for bf16) in rollout/logprob_mismatch_*",
@@ -140,14 +143,42 @@ class VLLMRolloutEngine(VLLMSampler):
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
                  seed: int | None = None) -> list[list[Completion]]:
         """``n`` completions for each prompt, grouped per prompt, tagged with the policy version."""
+        return self._awake(lambda: self._sample(prompts, n, sampling, seed), sampling)
+
+    def generate_from_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig,
+                          seed: int | None = None) -> list[Completion]:
+        """One completion for each row of token ids (a multi-turn episode's next turn), tagged with
+        the policy version (:meth:`VLLMSampler.generate_from_ids`)."""
+        if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
+            raise ValueError("generate_from_ids needs at least one prompt, each with at least one token id")
+        groups = self._awake(lambda: self._sample_ids(prompt_ids, 1, sampling, seed), sampling)
+        return [g[0] for g in groups]
+
+    def _awake(self, sample: Callable[[], list[list[Completion]]],
+               sampling: SamplingConfig) -> list[list[Completion]]:
+        """``sample()`` with the engine awake, asleep again after; the log-prob mismatch measured."""
         self._wake()
         try:
-            groups = self._sample(prompts, n, sampling, seed)
+            groups = sample()
         finally:
             self._sleep()
         if self.check_logprobs:
-            self._metrics.update(self.measure_mismatch([c for g in groups for c in g], sampling))
+            self._add_mismatch([c for g in groups for c in g], sampling)
         return groups
+
+    def _add_mismatch(self, completions: Sequence[Completion], sampling: SamplingConfig) -> None:
+        """Fold this call's mismatch into the one since the last pop: an episode samples once per
+        turn, and every turn counts (mean over all their tokens, max over all)."""
+        measured = self.measure_mismatch(completions, sampling)
+        if not measured:
+            return
+        tokens = sum(len(c.logprobs or []) for c in completions if c.token_ids)
+        seen = self._mismatch_tokens
+        self._mismatch_tokens += tokens
+        mean_key, max_key = "rollout/logprob_mismatch_mean", "rollout/logprob_mismatch_max"
+        self._metrics[mean_key] = (self._metrics.get(mean_key, 0.0) * seen
+                                   + measured[mean_key] * tokens) / self._mismatch_tokens
+        self._metrics[max_key] = max(self._metrics.get(max_key, 0.0), measured[max_key])
 
     def measure_mismatch(self, completions: Sequence[Completion], sampling: SamplingConfig) -> dict[str, float]:
         """The trainer's log-probs of the sampled tokens (temperature and top-k/top-p support as in the
@@ -173,6 +204,10 @@ class VLLMRolloutEngine(VLLMSampler):
         return logprob_mismatch([c.logprobs or [] for c in rows], trainer)
 
     def pop_metrics(self) -> dict[str, float]:
-        """Sync time and log-prob mismatch measured since the last call."""
-        out, self._metrics = self._metrics, {}
+        """Sync time, log-prob mismatch and the prefix cache's share of the prompt tokens
+        (``rollout/prefix_cache_hit_fraction``) since the last call."""
+        out, self._metrics, self._mismatch_tokens = self._metrics, {}, 0
+        if self.prompt_tokens:
+            out["rollout/prefix_cache_hit_fraction"] = self.cached_tokens / self.prompt_tokens
+        self.prompt_tokens = self.cached_tokens = 0
         return out

@@ -12,7 +12,7 @@ import torch
 
 from reasoning_rl import distributed
 from reasoning_rl.policy.vllm.availability import require_vllm
-from reasoning_rl.policy.vllm.platform import current_platform, engine_options, start_llm
+from reasoning_rl.policy.vllm.platform import current_platform, engine_options, prefix_caching, start_llm
 from reasoning_rl.rollout import Completion, SamplingConfig, cut_at_stop
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,8 @@ class VLLMSampler:
     :class:`reasoning_rl.rollout.RolloutEngine` protocol): prompts tokenized by ``tokenizer``
     without special tokens (as the HF engines do) and sent as token ids, each prompt its own
     request with its own seed (:func:`prompt_seed`), stop strings cut as the HF engines cut them.
+    ``generate_from_ids(rows, sampling, seed)`` continues rows given as token ids (multi-turn
+    episodes): the ids go to vLLM as they are, never decoded and re-encoded.
 
     ``sampling_params`` builds vLLM's ``SamplingParams`` (tests pass a stand-in)."""
 
@@ -71,6 +73,10 @@ class VLLMSampler:
                  sampling_params: Callable[..., Any] | None = None) -> None:
         self.llm, self.tokenizer, self.logprobs = llm, tokenizer, logprobs
         self._sampling_params = sampling_params
+        self.prompt_tokens = 0
+        """Prompt tokens of every request so far; with :attr:`cached_tokens`, the prefix cache's reuse."""
+        self.cached_tokens = 0
+        """Of those, the ones whose keys/values vLLM's prefix cache held (not recomputed)."""
 
     def sampling_params(self, n: int, sampling: SamplingConfig, seed: int | None) -> dict[str, Any]:
         """vLLM ``SamplingParams`` keywords for the toolkit's sampling settings (greedy = temperature 0)."""
@@ -78,7 +84,10 @@ class VLLMSampler:
         return dict(n=n, temperature=0.0 if greedy else sampling.temperature,
                     top_p=1.0 if greedy else sampling.top_p, top_k=-1 if greedy else (sampling.top_k or -1),
                     max_tokens=sampling.max_new_tokens, seed=seed, logprobs=0 if self.logprobs else None,
-                    stop_token_ids=[self.tokenizer.eos_token_id], skip_special_tokens=True)
+                    stop_token_ids=[self.tokenizer.eos_token_id], skip_special_tokens=True,
+                    # vLLM ends a request at a stop string (no tokens drawn past it; the ones before
+                    # are the same draws); where to cut is still cut_at_stop's (_completion).
+                    stop=list(sampling.stop) or None)
 
     def _params(self, n: int, sampling: SamplingConfig, seed: int | None, count: int) -> list[Any]:
         if self._sampling_params is None:
@@ -91,17 +100,47 @@ class VLLMSampler:
 
     def _sample(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
                 seed: int | None) -> list[list[Completion]]:
+        prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return self._sample_ids(prompt_ids, n, sampling, seed)
+
+    def _sample_ids(self, prompt_ids: Sequence[Sequence[int]], n: int, sampling: SamplingConfig,
+                    seed: int | None) -> list[list[Completion]]:
+        """``n`` completions of each row of token ids, row ``i`` seeded ``prompt_seed(seed, i)``."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        params = self._params(n, sampling, seed, len(prompts))
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
-        return [[self._completion(o, ids, sampling) for o in out.outputs] for out, ids in zip(outputs, prompt_ids)]
+        rows = [[int(t) for t in ids] for ids in prompt_ids]
+        params = self._params(n, sampling, seed, len(rows))
+        # vLLM's TokensPrompt: the ids are the prompt, vLLM does not tokenize anything.
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in rows], params, use_tqdm=False)
+        for out, ids in zip(outputs, rows):
+            self.prompt_tokens += len(ids)
+            self.cached_tokens += getattr(out, "num_cached_tokens", None) or 0
+        return [[self._completion(o, ids, sampling) for o in out.outputs] for out, ids in zip(outputs, rows)]
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig,
                  seed: int | None = None) -> list[list[Completion]]:
         """``n`` completions for each prompt, grouped per prompt, in prompt order."""
         return self._sample(prompts, n, sampling, seed)
+
+    def generate_from_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig,
+                          seed: int | None = None) -> list[Completion]:
+        """One completion for each row of token ids, in order: the continuation of a multi-turn
+        episode (prompt, sampled turns and observations). The ids reach vLLM unchanged (decoding
+        and re-encoding would change them); row ``i`` is seeded as ``generate`` seeds its ``i``-th
+        prompt. Where vLLM's prefix cache is on, the context's whole cache blocks computed by an
+        earlier turn are read back, not recomputed (:attr:`cached_tokens`)."""
+        if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
+            raise ValueError("generate_from_ids needs at least one prompt, each with at least one token id")
+        return [group[0] for group in self._sample_ids(prompt_ids, 1, sampling, seed)]
+
+    def context_cache_refusal(self) -> str:
+        """Why an episode's turns carry no cache object here (reasoning_rl.envs.episode): vLLM keeps
+        its own, the prefix cache, which an episode's next turn reuses where it is on."""
+        cache = prefix_caching(self.llm)
+        if cache["prefix_caching"]:
+            return ("vLLM keeps no cache per episode; its prefix cache reads each context's whole blocks of "
+                    f"{cache['block_size']} tokens back instead of recomputing them")
+        return "vLLM keeps no cache per episode, and its prefix cache is off"
 
     def _completion(self, output: Any, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
         ids = list(output.token_ids)
@@ -132,5 +171,8 @@ class VLLMCheckpointEngine(VLLMSampler):
         model_max_len = getattr(AutoConfig.from_pretrained(name_or_path), "max_position_embeddings", 2048)
         options = engine_options(name_or_path, dtype=dtype, seed=seed, platform=platform,
                                  max_model_len=max_model_len, model_max_len=model_max_len, **llm_options)
-        log.info("[vllm] evaluation engine on %s, dtype %s", platform.device, dtype)
-        super().__init__(start_llm(options), load_tokenizer(name_or_path))
+        llm = start_llm(options)
+        cache = prefix_caching(llm)
+        log.info("[vllm] evaluation engine on %s, dtype %s; prefix caching %s (blocks of %s tokens)",
+                 platform.device, dtype, "on" if cache["prefix_caching"] else "off", cache["block_size"])
+        super().__init__(llm, load_tokenizer(name_or_path))
