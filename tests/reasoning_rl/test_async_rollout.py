@@ -41,6 +41,15 @@ def _learning_config(steps: int = 4):
     return cfg
 
 
+def _one_version_behind(cfg, how: str) -> None:
+    """Step s samples with the weights of version s - 1: a generator process ("async", rollout.max_staleness=1)
+    or the trainer itself holding the old weights ("stale", rollout.inject.stale=1)."""
+    if how == "async":
+        cfg.rollout.max_staleness = 1
+    else:
+        cfg.rollout.inject.stale = 1
+
+
 def _completions(run_dir):
     return [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
 
@@ -102,10 +111,7 @@ def test_async_k1_samples_what_the_synchronous_stale_run_samples(tmp_path):
     for name in ("async", "stale"):
         cfg = _learning_config()
         cfg.trainer.save_every = 0
-        if name == "async":
-            cfg.rollout.max_staleness = 1
-        else:
-            cfg.rollout.inject.stale = 1
+        _one_version_behind(cfg, name)
         _train(cfg, tmp_path / name)
         runs[name] = read_metrics(tmp_path / name / "metrics.jsonl"), _completions(tmp_path / name)
     (m_async, c_async), (m_stale, c_stale) = runs["async"], runs["stale"]
@@ -138,10 +144,7 @@ def test_ppo_runs_asynchronously_with_the_stale_runs_samples(tmp_path):
                           algo=PPOConfig(prompts_per_step=4, group_size=1, micro_batch_size=3, learning_rate=1e-3))
         cfg.trainer.save_every = 0
         cfg.evaluation.enabled = False
-        if name == "async":
-            cfg.rollout.max_staleness = 1
-        else:
-            cfg.rollout.inject.stale = 1
+        _one_version_behind(cfg, name)
         _train(cfg, tmp_path / name)
         rows[name] = [(r["completion"], r["reward"], r["policy_version"]) for r in _completions(tmp_path / name)]
     assert [v for _, _, v in rows["async"][::4]] == [0, 0, 1]
@@ -178,10 +181,7 @@ def test_a_reference_reset_keeps_the_reference_forward_in_the_update(tmp_path):
         cfg.algo.ref_reset_every = 2
         cfg.trainer.save_every = 0
         cfg.evaluation.enabled = False
-        if name == "async":
-            cfg.rollout.max_staleness = 1
-        else:
-            cfg.rollout.inject.stale = 1
+        _one_version_behind(cfg, name)
         _train(cfg, tmp_path / name)
         runs[name] = read_metrics(tmp_path / name / "metrics.jsonl")
     assert all("time/generator_reference" not in m and m["time/generator_reward"] > 0 for m in runs["async"])
