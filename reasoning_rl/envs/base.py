@@ -95,3 +95,7 @@ class EpisodeConfig:
     ``finish_reason="length"`` (an observation that does not fit is cut to what is left)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment's constructor (``+task.episode.options.timeout=2``)."""
+    cache: bool = True
+    """Carry each episode's key/value cache from one turn to the next, so a turn prefills only the
+    observation (rollout.backend=native on the lean runtime; other engines recompute, docs/tools.md).
+    false: every turn prefills its whole context (same tokens up to float rounding, slower)."""

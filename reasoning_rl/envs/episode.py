@@ -19,13 +19,20 @@ The completion holds the whole episode (``token_ids``, ``loss_mask``, ``logprobs
 observation tokens) and its text is the turns' decoded text with the observations between them;
 the task's reward scores that text. An episode that reaches the budget, or whose last turn is cut
 at ``rollout.max_new_tokens``, or that still wants a tool call after ``max_turns``, ends with
-``finish_reason="length"``. Each turn recomputes the context's key/value cache (prefill), on the
-native engine too.
+``finish_reason="length"``.
+
+The key/value cache is carried from turn to turn where the engine can (``task.episode.cache``, on
+by default): the native engine on the lean runtime (``NativeEngine.context_cache``) keeps each
+running episode's keys and values after a turn, so the next turn prefills only the last sampled
+token and the observation instead of the whole context (reasoning_rl.policy.lean.context_cache has
+the layout); the tokens and log-probs are those of the recompute path up to float rounding. Other
+engines (hf, vLLM, the native engine on the model's own modules) recompute each turn's context.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +43,8 @@ from reasoning_rl.envs.base import Environment, EpisodeConfig, StepResult, Turn
 from reasoning_rl.envs.registry import check_options, environment_class, get_environment
 from reasoning_rl.errors import UserError
 from reasoning_rl.rollout import Completion, SamplingConfig
+
+log = logging.getLogger(__name__)
 
 TURN_SEED_STRIDE = 7_919
 """A prime: turn t of a call seeded s samples with seed ``s + t * TURN_SEED_STRIDE``."""
@@ -97,6 +106,7 @@ class EpisodeCompletion(Completion):
 class _Episode:
     env: Environment
     prompt_ids: list[int]
+    index: int = 0  # its place in the call: the key of its carried key/value cache
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -136,6 +146,7 @@ class EpisodeEngine:
         self.inner, self.tokenizer, self.env_name, self.episode = engine, tokenizer, env_name, episode
         self.examples = {e.prompt: e for e in examples}
         self.stats = stats if stats is not None else EpisodeStats()
+        self._said_recompute = False
 
     @property
     def policy_version(self) -> int:
@@ -154,33 +165,56 @@ class EpisodeEngine:
         """``n`` episodes for each prompt, grouped per prompt, in prompt order."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        episodes = [self._start(p) for p in prompts for _ in range(n)]
+        episodes = [self._start(p, i * n + j) for i, p in enumerate(prompts) for j in range(n)]
+        cache = self._context_cache()  # this call's episodes' keys and values (None: recompute)
         for turn in range(self.episode.max_turns):
             running = [e for e in episodes if e.finish_reason is None]
             if not running:
                 break
             self._turn(running, sampling, None if seed is None else seed + turn * TURN_SEED_STRIDE,
-                       last=turn + 1 == self.episode.max_turns)
+                       last=turn + 1 == self.episode.max_turns, cache=cache)
         flat = [self._completion(e) for e in episodes]
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
 
-    def _start(self, prompt: str) -> _Episode:
+    def _context_cache(self) -> Any:
+        """A fresh key/value cache from the engine when ``task.episode.cache`` is on and the engine
+        can carry one; None (each turn recomputes its context) otherwise, said once in the log."""
+        if not self.episode.cache:
+            return None
+        open_cache = getattr(self.inner, "context_cache", None)
+        cache = open_cache() if open_cache is not None else None
+        if cache is None and not self._said_recompute:
+            self._said_recompute = True
+            refusal = getattr(self.inner, "context_cache_refusal", None)
+            why = refusal() if refusal is not None else "it keeps no key/value cache between calls"
+            log.info("task.episode.cache: the %s engine recomputes each turn's context (%s)",
+                     type(self.inner).__name__, why)
+        return cache
+
+    def _start(self, prompt: str, index: int) -> _Episode:
         from reasoning_rl.tasks import Example
 
         example = self.examples.get(prompt) or Example(id="", prompt=prompt, reference=None, fields={})
         env = get_environment(self.env_name, **dict(self.episode.options))
         first = env.reset(example)
         ids = self.tokenizer(first, add_special_tokens=False)["input_ids"]
-        return _Episode(env, list(ids))
+        return _Episode(env, list(ids), index)
 
-    def _turn(self, running: list[_Episode], sampling: SamplingConfig, seed: int | None, last: bool) -> None:
-        """One policy turn of every running episode, then each environment's answer."""
+    def _turn(self, running: list[_Episode], sampling: SamplingConfig, seed: int | None, last: bool,
+              cache: Any = None) -> None:
+        """One policy turn of every running episode, then each environment's answer; with ``cache``
+        each episode continues from its keys and values of the previous turn (by its index)."""
         budget = self.episode.max_tokens
         room = [budget - len(e.ids) for e in running]
         turn_sampling = dataclasses.replace(
             sampling, max_new_tokens=min(sampling.max_new_tokens, max(room)),
             stop=[*sampling.stop, *(s for s in running[0].env.stop if s not in sampling.stop)])
-        outs = self.inner.generate_from_ids([e.prompt_ids + e.ids for e in running], turn_sampling, seed=seed)
+        contexts = [e.prompt_ids + e.ids for e in running]
+        if cache is None:
+            outs = self.inner.generate_from_ids(contexts, turn_sampling, seed=seed)
+        else:
+            outs = self.inner.generate_from_ids(contexts, turn_sampling, seed=seed, cache=cache,
+                                                keys=[e.index for e in running])
         eos = self.tokenizer.eos_token_id
         handed: list[tuple[_Episode, str]] = []
         for e, c, left in zip(running, outs, room):

@@ -29,6 +29,7 @@ import torch
 
 from reasoning_rl.policy.hf_forward import cache_argument
 from reasoning_rl.policy.lean import LeanDecoder
+from reasoning_rl.policy.lean.context_cache import CachedContext, ContextCache
 from reasoning_rl.policy.lm_head import sampling_support
 from reasoning_rl.policy.runtime import uses_lean
 from reasoning_rl.rollout import Completion, RolloutEngine, SamplingConfig, cut_at_stop
@@ -82,8 +83,8 @@ class HFEngine:
                           seed: int | None = None) -> list[Completion]:
         """One completion for each prompt given as token ids, in order: the continuation of a multi-turn
         episode (prompt, sampled turns and observations, as ids: nothing is decoded and re-encoded).
-        Each call runs its contexts from the start (prefill), on the native engine too: the key/value
-        cache of the previous turn is not kept."""
+        Each call runs its contexts from the start (prefill); the native engine can carry the key/value
+        cache from one call to the next instead (:meth:`NativeEngine.generate_from_ids`)."""
         if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
             raise ValueError("generate_from_ids needs at least one prompt, each with at least one token id")
         with self._sampling_mode(seed):
@@ -135,14 +136,8 @@ class HFEngine:
     def _generate_id_rows(self, rows: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
         """One completion per row of token ids, left-padded into one batch."""
         device = next(self.model.parameters()).device
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)  # [B, P]
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, P]
-        for i, r in enumerate(rows):
-            input_ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            attention_mask[i, width - len(r):] = 1
-        new_tokens, logprobs = self._sample(input_ids.to(device), attention_mask.to(device), sampling,
-                                            self._generate_kwargs(sampling))
+        input_ids, attention_mask = _left_pad(rows, self.tokenizer.pad_token_id, device)  # [B, P]
+        new_tokens, logprobs = self._sample(input_ids, attention_mask, sampling, self._generate_kwargs(sampling))
         return [self._finish(ids, lp, sampling, r) for ids, lp, r in zip(new_tokens.tolist(), logprobs.tolist(), rows)]
 
     def _generate_kwargs(self, sampling: SamplingConfig) -> dict[str, Any]:
@@ -213,6 +208,17 @@ class HFEngine:
                           policy_version=self.policy_version, logprobs=[lp for _, lp in pairs[:len(ids)]])
 
 
+def _left_pad(rows: list[list[int]], pad: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of token ids as one left-padded batch: ids and attention mask ``[B, P]`` on ``device``."""
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)  # [B, P]
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, P]
+    for i, r in enumerate(rows):
+        input_ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+        attention_mask[i, width - len(r):] = 1
+    return input_ids.to(device), attention_mask.to(device)
+
+
 class _SampledLogprobs:
     """A logits processor that goes last: it keeps the processed scores' log-softmax ``[B, V]``
     of each step and, one step later (when ``input_ids`` ends with the token drawn from them),
@@ -262,6 +268,79 @@ class NativeEngine(HFEngine):
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, lean: bool = True) -> None:
         super().__init__(model, tokenizer, batch_size)
         self.lean = lean
+
+    def context_cache_refusal(self) -> str | None:
+        """None when :meth:`generate_from_ids` can carry a :class:`ContextCache` between calls (the lean
+        decoder runs the model); otherwise why each call recomputes its contexts, in words."""
+        if not self.lean:
+            return "the native engine was built with lean=False"
+        if not uses_lean(self.model):
+            return "the model runs on its own modules (model.runtime: docs/performance.md), not the lean decoder"
+        rope = getattr(self.model.config, "rope_scaling", None) or {}
+        if rope.get("rope_type", rope.get("type")) in ("dynamic", "longrope"):
+            # Their cos/sin depend on the longest position of the call: keys computed in an earlier,
+            # shorter call would differ from a recompute.
+            return f"rope_type={rope.get('rope_type', rope.get('type'))} rescales with the context's length"
+        return None
+
+    def context_cache(self) -> ContextCache | None:
+        """An empty :class:`ContextCache` for :meth:`generate_from_ids`; None where this engine cannot
+        carry one (:meth:`context_cache_refusal` says why)."""
+        return ContextCache() if self.context_cache_refusal() is None else None
+
+    @torch.no_grad()
+    def generate_from_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingConfig,
+                          seed: int | None = None, cache: ContextCache | None = None,
+                          keys: Sequence[Any] | None = None) -> list[Completion]:
+        """:meth:`HFEngine.generate_from_ids`, and with a ``cache`` (from :meth:`context_cache`) and one
+        key per row (the same key for the same row in every call: an episode), each row continues
+        from the keys and values ``cache`` holds for its key: only the tokens after them are run
+        (reasoning_rl.policy.lean.context_cache). The rows are batched and the draw seeded as without
+        a cache, so the tokens and log-probs are the same up to float rounding. Afterwards ``cache``
+        holds this call's rows (context and kept tokens, but the last) and nothing else."""
+        if cache is None or self.context_cache_refusal() is not None:
+            return super().generate_from_ids(prompt_ids, sampling, seed)
+        if keys is None or len(keys) != len(prompt_ids):
+            raise ValueError(f"generate_from_ids with a cache needs one key per row: {len(prompt_ids)} rows, "
+                             f"{'no' if keys is None else len(keys)} keys")
+        if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
+            raise ValueError("generate_from_ids needs at least one prompt, each with at least one token id")
+        carried: dict[Any, CachedContext] = {}
+        with self._sampling_mode(seed):
+            flat: list[Completion] = []
+            rows = self._rows_per_batch(1)
+            for start in range(0, len(prompt_ids), rows):
+                flat.extend(self._continue_rows([list(p) for p in prompt_ids[start:start + rows]],
+                                                list(keys[start:start + rows]), sampling, cache, carried))
+        cache.replace(carried)
+        return flat
+
+    @torch.inference_mode()
+    def _continue_rows(self, rows: list[list[int]], keys: list[Any], sampling: SamplingConfig,
+                       cache: ContextCache, carried: dict[Any, CachedContext]) -> list[Completion]:
+        """One batch of :meth:`generate_from_ids` with a cache: prefill (no row has a usable entry) or
+        :meth:`LeanDecoder.extend`, decode, then each row's entry for the next call into ``carried``."""
+        device = next(self.model.parameters()).device
+        entries = [cache.usable(k, r, self.policy_version) for k, r in zip(keys, rows)]
+        new = [r[len(e.ids):] if e is not None else r for e, r in zip(entries, rows)]
+        input_ids, attention_mask = _left_pad(new, self.tokenizer.pad_token_id, device)  # [B, M]
+        steps = sampling.max_new_tokens
+        decoder = LeanDecoder(self.model, check=False)
+        try:
+            stepper = _LeanStepper(decoder, input_ids, attention_mask, steps,
+                                   past=None if all(e is None for e in entries)
+                                   else [None if e is None else e.kv for e in entries])
+            tokens, logprobs = self._decode(stepper, len(rows), steps, self.tokenizer.eos_token_id,
+                                            self.tokenizer.pad_token_id, sampling, input_ids)
+            out = [self._finish(ids, lp, sampling, r) for ids, lp, r in zip(tokens.tolist(), logprobs.tolist(), rows)]
+            for i, (key, r, c) in enumerate(zip(keys, rows, out)):
+                kept = max(len(c.token_ids) - 1, 0)  # the last kept token was drawn, never run
+                carried[key] = CachedContext(r + c.token_ids[:kept], decoder.context_kv(i, kept), self.policy_version)
+        finally:
+            decoder.release()
+        cache.reused_tokens += sum(len(r) - len(x) for r, x in zip(rows, new))
+        cache.prefilled_tokens += sum(len(x) for x in new)
+        return out
 
     def _rows_per_batch(self, n: int) -> int:
         """``batch_size`` rounded down to whole groups of ``n`` (when it holds one): the lean
@@ -334,11 +413,14 @@ def inverse_cdf_sample(probs: torch.Tensor) -> torch.Tensor:
 
 
 class _LeanStepper:
-    """Next-token logits from :class:`reasoning_rl.policy.lean.LeanDecoder`."""
+    """Next-token logits from :class:`reasoning_rl.policy.lean.LeanDecoder`: the prompts prefilled, or
+    with ``past`` (each row's cached keys and values, or None) the rest of each context run after them."""
 
-    def __init__(self, decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> None:
+    def __init__(self, decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int,
+                 past: list[torch.Tensor | None] | None = None) -> None:
         self.decoder = decoder
-        self.first_logits = self.decoder.prefill(input_ids, attention_mask, steps)  # [B, V]
+        self.first_logits = (self.decoder.prefill(input_ids, attention_mask, steps) if past is None
+                             else self.decoder.extend(past, input_ids, attention_mask, steps))  # [B, V]
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         return self.decoder.step(token)

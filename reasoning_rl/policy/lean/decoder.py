@@ -78,6 +78,10 @@ class LeanDecoder:
         self._values: list[torch.Tensor] = []
         self._cos = self._sin = self._prefix_bias = None
         self._length = 0
+        self._own: torch.Tensor | None = None  # [layers, 2, B, H_kv, T, d]: _keys, _values are its views
+        self._prefix_valid: torch.Tensor | None = None  # [U, P]
+        self._context: torch.Tensor | None = None  # [layers, 2, B, H_kv, N + M, d] after extend
+        self._group = 1
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         """Run the prompts ``[B, P]`` (left-padded; ``attention_mask`` 1 on real tokens), make room
@@ -101,10 +105,9 @@ class LeanDecoder:
         valid = attention_mask[::g].bool()  # [U, P]
         # Decode steps add this to the prompt's scores: 0 where a key is visible, -inf on padding.
         self._prefix_bias = additive_mask(valid[:, None, None, :], dtype)  # [U, 1, 1, P]
-        shape = (b, self.num_kv_heads, max_new_tokens, self.head_dim)
-        self._keys = [torch.empty(shape, dtype=dtype, device=device) for _ in self.weights]
-        self._values = [torch.empty(shape, dtype=dtype, device=device) for _ in self.weights]
-        self._prefix, self._length = [], 0
+        self._prefix_valid, self._group, self._context = valid, g, None
+        self._allocate(b, max_new_tokens, dtype, device)
+        self._prefix = []
 
         mask = additive_mask(prompt_mask(valid), dtype)  # [U, 1, P, P]
         cos, sin = cos[::g, :, :p], sin[::g, :, :p]  # [U, 1, P, d]
@@ -117,6 +120,72 @@ class LeanDecoder:
             # Only the last position's output of the last layer is read (its logit predicts token 0).
             h = decoder_layer(w, h, cos, sin, attend, last_only=i == last)
         return next_token_logits(self.model, h[:, -1]).repeat_interleave(g, dim=0)
+
+    def extend(self, past: list[torch.Tensor | None], input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               max_new_tokens: int) -> torch.Tensor:
+        """Continue rows whose earlier context is cached: ``past[r]`` ``[layers, 2, H_kv, n_r, d]``
+        (None: nothing cached) holds the keys and values of row r's first n_r context tokens, the
+        rest of the context is ``input_ids`` ``[B, M]`` (left-padded, at least one token a row).
+        Runs the rest, makes room for ``max_new_tokens``, returns the next-token logits ``[B, V]``.
+
+        The layout and why it computes what :meth:`prefill` of the whole context computes:
+        reasoning_rl.policy.lean.context_cache. Positions continue each row's count: ``n_r`` +
+        ``cumsum(mask) - 1``, then ``n_r + m_r + t`` for new token t."""
+        b, m = input_ids.shape
+        device = input_ids.device
+        dtype = self.model.model.embed_tokens.weight.dtype
+        lengths = torch.tensor([0 if kv is None else kv.shape[3] for kv in past], device=device)[:, None]  # [B, 1]
+        n = int(lengths.max())
+        context = torch.zeros((len(self.weights), 2, b, self.num_kv_heads, n + m, self.head_dim),
+                              dtype=dtype, device=device)  # [layers, 2, B, H_kv, N + M, d]
+        for r, kv in enumerate(past):  # each row's cache at the end of the first block: left padding
+            if kv is not None and kv.shape[3]:
+                context[:, :, r, :, n - kv.shape[3]:n] = kv
+        cached = torch.arange(n, device=device) >= n - lengths  # [B, N]
+        fresh = attention_mask.bool()  # [B, M]
+        new_pos = lengths + (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, M]
+        step_pos = lengths + attention_mask.sum(-1, keepdim=True) + torch.arange(max_new_tokens, device=device)
+        cos, sin = rope_tables(self.model, torch.cat([new_pos, step_pos], dim=1))  # [B, 1, M + T, d]
+        self._cos, self._sin = cos[:, :, m:], sin[:, :, m:]  # [B, 1, T, d]
+        valid = torch.cat([cached, fresh], dim=1)  # [B, N + M]
+        self._prefix_valid, self._group, self._context = valid, 1, context
+        self._prefix_bias = additive_mask(valid[:, None, None, :], dtype)  # [B, 1, 1, N + M]
+        self._allocate(b, max_new_tokens, dtype, device)
+        self._prefix = [(context[i, 0], context[i, 1]) for i in range(len(self.weights))]
+
+        # The new block's queries see the row's cached keys and, causally, the new ones.
+        mask = additive_mask(torch.cat([cached[:, None, None, :].expand(b, 1, m, n), prompt_mask(fresh)], dim=-1),
+                             dtype)  # [B, 1, M, N + M]
+        h = F.embedding(input_ids, self.model.model.embed_tokens.weight)  # [B, M, D]
+        cos, sin = cos[:, :, :m], sin[:, :, :m]  # [B, 1, M, d]
+        last = len(self.weights) - 1
+        for i, (w, (keys, values)) in enumerate(zip(self.weights, self._prefix)):
+            def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor = keys,
+                       values: torch.Tensor = values) -> torch.Tensor:
+                keys[:, :, n:], values[:, :, n:] = k, v
+                return attention(q, keys, values, mask[:, :, -q.shape[2]:])
+            h = decoder_layer(w, h, cos, sin, attend, last_only=i == last)
+        return next_token_logits(self.model, h[:, -1])
+
+    def context_kv(self, row: int, kept: int) -> torch.Tensor:
+        """Keys and values ``[layers, 2, H_kv, n, d]`` of row ``row``'s context (the tokens of the
+        last :meth:`prefill` or :meth:`extend`, padding dropped) and its first ``kept`` new tokens
+        (at most the :meth:`step` calls made since), in order: what a later :meth:`extend` takes."""
+        if kept > self._length:
+            raise ValueError(f"row {row}: {kept} new tokens asked for, {self._length} were run")
+        if self._context is None:  # after prefill: each group's prompt once, per layer
+            self._context = torch.stack([torch.stack(kv) for kv in self._prefix])  # [layers, 2, U, H_kv, P, d]
+        u = row // self._group
+        where = self._prefix_valid[u].nonzero().squeeze(1)  # [n]
+        return torch.cat([self._context[:, :, u].index_select(3, where), self._own[:, :, row, :, :kept]], dim=3)
+
+    def _allocate(self, b: int, max_new_tokens: int, dtype: torch.dtype, device: torch.device) -> None:
+        """The rows' new-token keys and values, ``[B, H_kv, T, d]`` per layer (views of one tensor)."""
+        self._own = torch.empty((len(self.weights), 2, b, self.num_kv_heads, max_new_tokens, self.head_dim),
+                                dtype=dtype, device=device)
+        self._keys = [self._own[i, 0] for i in range(len(self.weights))]
+        self._values = [self._own[i, 1] for i in range(len(self.weights))]
+        self._length = 0
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Append one token per row ``[B]`` and return the next-token logits ``[B, V]``."""
