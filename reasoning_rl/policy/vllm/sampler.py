@@ -87,7 +87,7 @@ class VLLMSampler:
                     stop_token_ids=[self.tokenizer.eos_token_id], skip_special_tokens=True,
                     # vLLM ends a request at a stop string (no tokens drawn past it; the ones before
                     # are the same draws); where to cut is still cut_at_stop's (_completion).
-                    stop=list(sampling.stop) or None)
+                    stop=[s for s in sampling.stop if s] or None)
 
     def _params(self, n: int, sampling: SamplingConfig, seed: int | None, count: int) -> list[Any]:
         if self._sampling_params is None:

@@ -79,8 +79,8 @@ def test_stop_strings_go_to_vllm_and_the_turn_is_cut_like_the_hf_engines(bpe):
     # cut after the token that completes the stop string (kept), text before it
     assert c.token_ids == char_ids(bpe, "x = 1\n```output") and c.text == "x = 1\n"
     assert c.finish_reason == "stop" and len(c.logprobs) == len(c.token_ids)
-    plain = sampler.sampling_params(1, SamplingConfig(), None)
-    assert plain["stop"] is None
+    assert sampler.sampling_params(1, SamplingConfig(), None)["stop"] is None
+    assert sampler.sampling_params(1, SamplingConfig(stop=["", "\n"]), None)["stop"] == ["\n"]  # as cut_at_stop
 
 
 def test_the_rollout_engine_tags_versions_sleeps_and_measures_every_turn():
