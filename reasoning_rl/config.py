@@ -231,6 +231,10 @@ def validate(cfg: TrainConfig) -> None:
         problems.append(f"task.name: {exc}")
     if cfg.rollout.backend not in ("hf", "native", "vllm"):
         problems.append(f"rollout.backend={cfg.rollout.backend!r} is unknown; choose hf, native or vllm")
+    problems += cfg.task.episode.problems("task.episode")
+    if cfg.task.env is not None and cfg.task.episode.observation_role != "inline" and not cfg.task.use_chat_template:
+        problems.append(f"task.episode.observation_role={cfg.task.episode.observation_role} makes each observation "
+                        "a chat turn, which needs the prompt as a chat too: set task.use_chat_template=true")
     tiny = cfg.model.tiny
     if cfg.model.name_or_path == TINY and tiny.num_heads >= 1 and tiny.hidden_size % tiny.num_heads:
         problems.append(f"model.tiny.hidden_size={tiny.hidden_size} must be a multiple of "

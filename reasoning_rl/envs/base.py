@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reasoning_rl.envs.chat import OBSERVATION_ROLES
+
 ToolStatus = Literal["none", "ok", "error", "timeout"]
 
 
@@ -61,7 +63,13 @@ class Environment:
     with the options of ``task.episode.options`` (:func:`reasoning_rl.envs.registry.get_environment`)."""
 
     stop: tuple[str, ...] = ()
-    """Stop strings that end a policy turn and hand it to :meth:`step` (EOS always ends the episode)."""
+    """Stop strings that end a policy turn and hand it to :meth:`step` (EOS ends the episode, but see
+    :attr:`answers_turn_end`)."""
+    answers_turn_end: bool = False
+    """With chat observations (``task.episode.observation_role`` user or tool), whether a turn the policy
+    ends with its end-of-turn token (the tokenizer's EOS, e.g. ``<|im_end|>``) is handed to :meth:`step`
+    like one ended by a stop marker (True: ``code_feedback``, where ending the turn submits the attempt)
+    instead of ending the episode (False: the default, e.g. ``python_tool``'s final answer)."""
 
     def reset(self, example: Any) -> str:
         """The first prompt of the episode for ``example`` (a :class:`reasoning_rl.tasks.Example`);
@@ -99,3 +107,15 @@ class EpisodeConfig:
     """Carry each episode's key/value cache from one turn to the next, so a turn prefills only the
     observation (rollout.backend=native on the lean runtime; other engines recompute, docs/tools.md).
     false: every turn prefills its whole context (same tokens up to float rounding, slower)."""
+    observation_role: str = "inline"
+    """Where an observation goes (:mod:`reasoning_rl.envs.chat`): ``inline``, its text inside the policy's
+    turn (ToRA's output block, the tiny model's tasks); ``user`` or ``tool``, a chat turn rendered by the
+    tokenizer's chat template (the assistant turn ends, a message of that role holds the observation, a new
+    assistant turn opens; all observation tokens), for a chat model."""
+
+    def problems(self, prefix: str = "task.episode") -> list[str]:
+        """One line per setting that cannot run (the numeric ranges are checked with the other settings')."""
+        if self.observation_role not in OBSERVATION_ROLES:
+            return [f"{prefix}.observation_role={self.observation_role!r} is unknown; choose one of "
+                    f"{', '.join(OBSERVATION_ROLES)}"]
+        return []

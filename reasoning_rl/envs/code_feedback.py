@@ -23,7 +23,10 @@ last line, ``last_line``), so a retry continues a stub as the first attempt did:
         return x + 3                                         <- attempt 2 (sampled)
 
 For any other format (MBPP: the program is the completion's last ```python block) the
-observation is the comment lines alone. The reward is the task's own verifier on the final
+observation is the comment lines alone, then ``instruction`` when set. With a chat model
+(``task.episode.observation_role=user``) the observation is a user message (:mod:`reasoning_rl.envs.chat`)
+and ending the assistant turn (EOS, ``<|im_end|>``) submits the attempt as the stop marker does
+(:attr:`CodeFeedback.answers_turn_end`). The reward is the task's own verifier on the final
 attempt alone (:meth:`CodeFeedback.scored_text` is ``Completion.text``; the whole episode is in
 ``EpisodeCompletion.turns``); with ``attempt_discount`` d < 1 it is multiplied by
 ``d ** (attempts - 1)`` (:meth:`CodeFeedback.reward_scale`).
@@ -75,9 +78,12 @@ def continues_prompt(fields: dict[str, Any], attempt: str) -> bool:
 class CodeFeedback(Environment):
     """Runs each attempt against the task's tests; the observation reports the failed tests."""
 
+    answers_turn_end = True
+    """With chat observations a turn ended by the end-of-turn token is an attempt too (it is run)."""
+
     def __init__(self, stop: str = "\n", max_failures: int = 1, attempt_discount: float = 1.0,
                  retry_prompt: str = "full", timeout: float = 5.0, memory_mb: int = 1024, extract: str = "auto",
-                 isolation: str | None = None) -> None:
+                 isolation: str | None = None, instruction: str = "") -> None:
         """``stop``: the marker that ends an attempt and hands it to the tests (default a newline:
         one-line answers; ```` "```\\n" ```` for fenced blocks); ``max_failures``: failed tests
         reported per attempt; ``attempt_discount``: the reward is multiplied by
@@ -85,7 +91,9 @@ class CodeFeedback(Environment):
         what of a continuation task's prompt follows the feedback (:data:`RETRY_PROMPTS`); ``timeout``,
         ``memory_mb``, ``isolation``: the sandbox limits, the code verifier's defaults (5 CPU
         seconds, 1 GiB, the strongest isolation); ``extract``: how the program is taken from an
-        attempt, as the code verifier's option (``auto``, ``raw``, ``last_block``)."""
+        attempt, as the code verifier's option (``auto``, ``raw``, ``last_block``); ``instruction``: text put
+        after the failed tests' lines (a chat task: what to do next, "Write the corrected function in one
+        ```python block."; a newline is added when it lacks one), "" = none."""
         from rewards.code.extract import EXTRACT_MODES
 
         if not stop:
@@ -103,6 +111,7 @@ class CodeFeedback(Environment):
         self.stop = (stop,)
         self.max_failures, self.attempt_discount = int(max_failures), float(attempt_discount)
         self.retry_prompt = retry_prompt
+        self.instruction = instruction if not instruction or instruction.endswith("\n") else instruction + "\n"
         self.timeout, self.memory_mb, self.extract, self.isolation = float(timeout), int(memory_mb), extract, isolation
         self.fields: dict[str, Any] = {}
         self.reference: Any = None
@@ -123,7 +132,7 @@ class CodeFeedback(Environment):
             return StepResult(done=True, tool="error")
         retry = RETRY_PROMPTS[self.retry_prompt](str(self.fields["prompt"])) if continues_prompt(
             self.fields, model_text) else ""
-        return StepResult(observation=feedback_lines(report, self.timeout, self.max_failures) + retry,
+        return StepResult(observation=feedback_lines(report, self.timeout, self.max_failures) + self.instruction + retry,
                           reward=report.passed / report.total if report.total else 0.0,
                           tool="timeout" if report.status == "timeout" else "error")
 
