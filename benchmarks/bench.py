@@ -9,6 +9,7 @@
     reasoning-rl-bench gpu   [--backend vllm|hf] [--device cpu]   # a few GRPO steps with vLLM rollouts (CPU build too)
     reasoning-rl-bench plan  [<train overrides>] [--device-gb 80]  # predicted peak memory by component (meta device)
     reasoning-rl-bench async [--steps 30 --rounds 2]    # s/step of rollout.max_staleness=1 against 0 (2 cores)
+    reasoning-rl-bench episode-cache [--hidden 256 --layers 6]   # multi-turn episodes/s, KV cache carried or not
 
 Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes ``run(argv)``.
 Every run appends one JSON record (commit, date, machine, arguments, figures) to
@@ -38,6 +39,7 @@ SUBCOMMANDS: dict[str, str] = {
     "gpu": "benchmarks.perf.gpu_smoke",
     "plan": "benchmarks.perf.plan",
     "async": "benchmarks.perf.async_rollout",
+    "episode-cache": "benchmarks.perf.episode_cache",
 }
 ALIASES: dict[str, str] = {"math-equiv": "math", "code-exec": "code"}
 

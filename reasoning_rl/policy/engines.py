@@ -263,6 +263,10 @@ class NativeEngine(HFEngine):
     produced EOS. Runs under ``torch.inference_mode``. ``lean=False`` forces the module path.
     Each drawn token's log-prob is read off the probabilities it was drawn from (a ``[B]`` gather
     and log per step; greedy: ``max z - logsumexp(z)``).
+
+    On the lean runtime, :meth:`generate_from_ids` can carry a :class:`ContextCache` from one call
+    to the next (:meth:`context_cache`): a multi-turn episode's next turn runs only the tokens
+    appended since (reasoning_rl.policy.lean.context_cache).
     """
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, lean: bool = True) -> None:

@@ -30,6 +30,8 @@ Two users:
   ``[B, H_kv, T, d]``, preallocated and written in place; a step attends to the shared prompt
   with one matmul per group (:func:`shared_prefix_attention`) and stacks the query heads that
   share a key/value head as rows of one matmul (grouped-query attention without repeating keys).
+  :meth:`LeanDecoder.extend` continues rows from keys and values kept from an earlier call (a
+  multi-turn episode's previous turns: ``context_cache``), running only the rest of each context.
 - :func:`completion_hidden` (``training``; the trainer's log-probs, ``reasoning_rl.policy.logprobs``, which apply the
   LM head in chunks, ``reasoning_rl.policy.lm_head``): each group's prompt once, then the completions
   against its keys and values, differentiable; when enough of the completions is right padding,
@@ -46,7 +48,8 @@ quantised layers, forward hooks, sharded parameters), are refused by
 
 The package, by job: ``support`` (what it computes exactly, and why it refuses a model),
 ``layers`` (RMSNorm, RoPE, one decoder layer, attention), ``decoder`` (:class:`LeanDecoder`,
-sampling), ``training`` (:func:`completion_hidden`, the training forward).
+sampling), ``context_cache`` (keys and values carried between sampling calls: an episode's turns),
+``training`` (:func:`completion_hidden`, the training forward).
 """
 
 from reasoning_rl.policy.lean.decoder import FUSE_MAX_PARAMETERS, LeanDecoder, group_size

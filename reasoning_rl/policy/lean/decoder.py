@@ -52,7 +52,10 @@ class LeanDecoder:
     The cache: each group's prompt keys and values once, ``[U, H_kv, P, d]`` per layer for the
     U = B / G groups of G equal consecutive rows (:func:`group_size`; the G rows share them:
     :func:`shared_prefix_attention`), and each row's new tokens' ``[B, H_kv, T, d]``,
-    preallocated and written in place. Equal prompts that are not neighbours are cached apart."""
+    preallocated and written in place. Equal prompts that are not neighbours are cached apart.
+
+    :meth:`extend` instead of :meth:`prefill` continues rows whose earlier context a previous
+    decoder computed (:meth:`context_kv` hands it out; reasoning_rl.policy.lean.context_cache)."""
 
     def __init__(self, model: Any, fuse: bool | None = None, check: bool = True) -> None:
         reason = lean_decoder_support(model) if check else None  # check=False: the runtime decision did
