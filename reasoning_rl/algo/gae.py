@@ -1,12 +1,18 @@
 """PPO's per-token math with a critic, one pure function per formula.
 
-Shapes: B = completions, L = completion tokens (right-padded); ``mask`` is 1 on real
-completion tokens. Token t of a completion is the action a_t taken in state
-s_t = (prompt, o_<t); the episode ends after the completion's last token, so the
-value after it is 0 (nothing more is rewarded).
+Shapes: B = completions, L = completion tokens (right-padded); ``mask`` is 1 on the
+completion's actions: every sampled token (single-turn: every real token; a multi-turn
+episode: the loss mask, 0 on the environment's observation tokens as well as on padding).
+Action t is token o_t taken in state s_t = (prompt, o_<t). An observation is not an action:
+it is part of the transition from the last action of turn k to the first action of turn k+1
+(the environment answers between them), so every formula below runs over the sequence of
+action positions alone, as if the observation positions were cut out (their state is inside
+s_{t+1}, whose value the critic reads after the observation). The episode ends after its last
+action, so the value after it is 0 (nothing more is rewarded).
 
     r_t      = -beta * (log pi_old(o_t) - log pi_ref(o_t))  +  [t = last] * R      (kl_penalized_rewards)
-    delta_t  = r_t + gamma * V(s_{t+1}) - V(s_t)                                   (gae_advantages)
+    last     = the last position where mask is 1                                   (last_action_index)
+    delta_t  = r_t + gamma * V(s_{t+1}) - V(s_t),  t+1 the next action position    (gae_advantages)
     A_t      = sum_l (gamma * lam)^l * delta_{t+l}
     R_t      = A_t + V(s_t)
     L_V      = 1/2 max( (V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2 )          (clipped_value_loss)
@@ -34,7 +40,9 @@ def kl_penalized_rewards(
     decides what an unscorable one becomes). The paper writes pi_theta in the penalty; the
     tokens were sampled by pi_old and the rewards are fixed before the update, so it is
     pi_old's log-probs (as in InstructGPT, TRL and verl). The log-ratio is KL's k1 estimator.
-    ``ref_logp`` may be None only with ``beta == 0``. 0 at padded positions.
+    ``ref_logp`` may be None only with ``beta == 0``. 0 where ``mask`` is 0 (padding, observations):
+    R goes on the episode's last action (:func:`last_action_index`), also when observation tokens
+    follow it (an episode cut by its budget inside an observation).
     """
     m = mask.bool()  # [B, L]
     rewards = torch.zeros_like(old_logp)  # [B, L]
@@ -42,10 +50,19 @@ def kl_penalized_rewards(
         if ref_logp is None:
             raise ValueError("beta != 0 needs reference log-probs")
         rewards = torch.where(m, -beta * (old_logp - ref_logp), 0.0)  # [B, L]
-    last = (mask.sum(-1).long() - 1).clamp(min=0)  # index of each row's last real token  # [B]
-    has_tokens = mask.sum(-1) > 0  # [B]
+    last = last_action_index(mask)  # [B]
+    has_tokens = m.any(-1)  # [B]
     bonus = torch.where(has_tokens, scores.to(rewards.dtype), 0.0)  # [B]
     return rewards.scatter_add(1, last.unsqueeze(-1), bonus.unsqueeze(-1))
+
+
+def last_action_index(mask: torch.Tensor) -> torch.Tensor:
+    """The position of each row's last action: the largest t with mask[t] = 1 (0 for a row without one).  # [B]
+
+    With a right-padded single-turn mask this is ``mask.sum() - 1``; in an episode whose mask has holes
+    (observations), or ends in observation tokens, it is the last sampled token, not ``mask.sum() - 1``."""
+    positions = torch.arange(mask.shape[-1], device=mask.device).expand_as(mask)  # [B, L]
+    return torch.where(mask.bool(), positions, 0).amax(-1)  # [B]
 
 
 def gae_advantages(
@@ -61,9 +78,17 @@ def gae_advantages(
     lam = 1 gives A_t = sum_l gamma^l r_{t+l} - V(s_t) (Monte Carlo; with gamma = 1 the returns
     are the rewards-to-go), lam = 0 the one-step TD error A_t = delta_t.
 
-    Positions where ``mask`` is 0 are skipped, not treated as steps: they pass the next real
-    token's value and advantage through unchanged, so trailing padding ends the episode and a
-    hole inside a row joins its two sides. Advantages and returns are 0 there.
+    Positions where ``mask`` is 0 are skipped, not treated as steps: they pass the next action's
+    value and advantage through unchanged, so trailing padding ends the episode and a hole inside
+    a row (a multi-turn episode's observation) joins its two sides: at the last action t of a turn,
+    s_{t+1} is the state of the next turn's first action (the observation inside it), and
+
+        delta_t = r_t + gamma * V(next action's state) - V(s_t)
+
+    with no discount for the observation's tokens. The result equals GAE on the row with the
+    masked positions cut out (tested: mask [1, 1, 0, 0, 1]); rewards and values at masked positions
+    are never read. Advantages and returns are 0 there. (verl's ``compute_gae_advantage_return``
+    skips observation tokens the same way.)
     """
     m = mask.bool()  # [B, L]
     advantages = torch.zeros_like(rewards)  # [B, L]

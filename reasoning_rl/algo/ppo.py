@@ -16,6 +16,12 @@ One step, read top to bottom:
 The formulas are pure functions in ``reasoning_rl.algo.gae`` (rewards, GAE, value loss) and
 ``reasoning_rl.algo.losses`` (ratio, clipped surrogate, aggregation and its normalisation).
 
+With ``task.env`` every completion is a multi-turn episode whose observation tokens (loss mask 0)
+the environment wrote: they are not actions. GAE runs over the action positions alone (the
+observation is inside the transition from a turn's last action to the next turn's first), the
+score goes on the last action, and the policy loss, the value loss, the whitening and the loss
+denominators count actions only (:func:`action_mask`).
+
 Departures from the papers, on purpose (docs/ppo.md):
 - each of the num_iterations epochs is one optimiser step over the whole batch (gradient
   accumulation over micro-batches), as GRPO's mu; there are no shuffled mini-batches;
@@ -40,7 +46,7 @@ import torch
 from reasoning_rl import distributed
 from reasoning_rl.algo.aggregation import LossNormalizer, aggregate, masked_fill_padding, masked_sum
 from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
-from reasoning_rl.algo.batch import sample_step, sampled_support, step_seed, training_rows
+from reasoning_rl.algo.batch import TrainingRows, sample_step, sampled_support, step_seed, training_rows
 from reasoning_rl.algo.corrections import correct_tokens
 from reasoning_rl.algo.gae import (
     clipped_value_loss,
@@ -174,6 +180,16 @@ def build_critic(policy: Any, kind: str) -> ValueModel:
     return critic.to(next(policy.parameters()).device)
 
 
+def action_mask(completions: Sequence[Sequence[int]], width: int) -> torch.Tensor:
+    """1 on each completion's actions (its sampled tokens), 0 on padding and on the observation tokens
+    of a multi-turn episode (a row's ``loss_mask``: reasoning_rl.algo.batch.MaskedTokens).  # [N, width]
+
+    GAE, the value loss, the whitening and the token statistics run over these positions alone
+    (reasoning_rl.algo.gae); the policy loss reads the same mask from ``pack``."""
+    return pad_rows([torch.tensor(getattr(c, "loss_mask", None) or [1] * len(c), dtype=torch.float32)
+                     for c in completions], width)
+
+
 @torch.no_grad()
 def frozen_values(critic: ValueModel, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
                   pad_token_id: int, micro_batch: int) -> list[torch.Tensor]:
@@ -195,7 +211,7 @@ class PPORollouts:
     prompts: list[list[int]]
     completions: list[list[int]]
     """Token ids as trained on (an empty completion is its EOS)."""
-    mask: torch.Tensor  # [N, L] 1 on completion tokens
+    mask: torch.Tensor  # [N, L] 1 on completion tokens the policy sampled (an episode's observations: 0)
     value_mask: torch.Tensor  # [N, L] mask of the scorable completions: the value loss's tokens
     old_logp: torch.Tensor  # [N, L] log pi_old
     old_values: torch.Tensor  # [N, L] V_old(s_t)
@@ -283,7 +299,7 @@ class PPO(Algorithm):
         ref_logp = None if self.ref_model is None else pad_rows(
             frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, **support), width)  # [N, L]
         old_values = pad_rows(frozen_values(self.critic, prompts, comps, pad, mb), width)  # [N, L]
-        mask = pad_rows([torch.ones(len(c)) for c in comps], width)  # [N, L]
+        mask = action_mask(comps, width)  # [N, L] 0 on padding and on an episode's observation tokens
         scores = groups.rewards.reshape(-1)  # [N], NaN = unscorable
         scorable = ~torch.isnan(scores)  # [N]
         value_mask = mask * scorable.unsqueeze(-1)  # [N, L]
@@ -313,7 +329,7 @@ class PPO(Algorithm):
         mismatch = MismatchStats()
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses): the
         # policy loss over every completion, the value loss over the scorable ones.
-        lengths = [len(c) for c in ro.completions]
+        lengths = TrainingRows(ro.prompts, ro.completions).lengths()  # sampled tokens: observations left out
         scorable = ro.value_mask.sum(-1) > 0  # [N]
         norm = LossNormalizer.for_batch(lengths, max_tokens=ctx.sampling.max_new_tokens)
         value_norm = LossNormalizer.for_batch([k for k, ok in zip(lengths, scorable) if ok] or [0],
