@@ -154,6 +154,10 @@ class WarmStartConfig:
     target: str = "reference"
     """What the supervised phase trains on: ``reference`` (the answer) or ``solution`` (the definition's
     ``reference_completion``, e.g. a whole tool episode for ``task=multiply_tool``)."""
+    mask_observations: bool = False
+    """Leave the environment's observations (``task.env``'s ``observation_spans`` of each target: python_tool's
+    output blocks, code_feedback's feedback lines and retry prompt) out of the supervised loss, as RL's loss
+    mask does; false trains on the whole target text (needs ``task.env`` when true)."""
 
 
 @dataclass
@@ -245,6 +249,9 @@ def validate(cfg: TrainConfig) -> None:
     problems += async_problems(cfg)
     problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
     problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
+    if cfg.warmstart.enabled and cfg.warmstart.mask_observations and cfg.task.env is None:
+        problems.append("warmstart.mask_observations=true masks the observations of task.env, which is null: "
+                        "set task.env (e.g. task=multiply_tool) or drop warmstart.mask_observations")
     if problems:
         raise ConfigError(problems_message(problems))
 

@@ -10,9 +10,15 @@ The phase runs the ``sft`` algorithm (``reasoning_rl.algo.sft``: its loss, its o
 step) with these settings from ``warmstart.*``:
 
     targets      each training example's reference + ``target_suffix``, then EOS
+                 (``target=solution``: the definition's ``reference_completion`` instead)
+    masked       with ``mask_observations``: the tokens of the environment's observations in each
+                 target (``Environment.observation_spans``: python_tool's output blocks, code_feedback's
+                 feedback lines and retry prompt) get loss mask 0, as in RL's episodes; each piece is
+                 tokenized on its own, as the episode runner tokenizes an observation apart from the turns
     batch        ``batch_size`` examples drawn uniformly WITH replacement (seeded by trainer.seed),
                  one forward/backward pass
-    loss         the token mean of the targets' negative log-likelihood (``loss_aggregation=token_mean``)
+    loss         the token mean of the targets' negative log-likelihood (``loss_aggregation=token_mean``),
+                 over the tokens whose loss mask is 1
     optimiser    AdamW (torch's default kernel), ``learning_rate``, no weight decay, betas (0.9, 0.999),
                  gradient norm clipped at 1, constant rate; dropped when the phase ends (RL builds its own)
 
@@ -23,13 +29,16 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from reasoning_rl.algo.base import RunContext
+from reasoning_rl.algo.batch import MaskedTokens
 from reasoning_rl.algo.sft import SFT, SFTConfig
-from reasoning_rl.config import TrainConfig, TrainerConfig, WarmStartConfig
+from reasoning_rl.config import ConfigError, TrainConfig, TrainerConfig, WarmStartConfig
+from reasoning_rl.envs.registry import get_environment
 from reasoning_rl.heldout import accuracy_of
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks import Example
@@ -77,6 +86,62 @@ def warm_start_targets(examples: list[Example], cfg: WarmStartConfig) -> list[Ex
     return [replace(e, solution=f"{e.solution}{cfg.target_suffix}") for e in examples]
 
 
+Spans = list[tuple[int, int]]
+"""``[start, end)`` character spans of a text."""
+
+
+def masked_target(tokenizer: Any, text: str, observations: Sequence[tuple[int, int]]) -> MaskedTokens:
+    """The token ids of ``text`` then EOS, with loss mask 0 on the tokens of the ``observations`` spans.
+
+    ``text`` is cut at the spans' edges and each piece is tokenized on its own (no special tokens), the
+    way an episode's observation is tokenized apart from the turns around it
+    (:mod:`reasoning_rl.envs.episode`): an observation's tokens are exactly ``tokenizer(observation)``'s,
+    and no token straddles an edge. Without spans the ids are the whole text's, as an unmasked target's."""
+    ids: list[int] = []
+    mask: list[int] = []
+
+    def add(piece: str, trained: int) -> None:
+        if piece:
+            piece_ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
+            ids.extend(piece_ids)
+            mask.extend([trained] * len(piece_ids))
+
+    done = 0  # characters of text tokenized so far
+    for start, end in observations:
+        if not done <= start <= end <= len(text):
+            raise ValueError(f"observation spans must be sorted, disjoint and inside the text of {len(text)} "
+                             f"characters; got {list(observations)}")
+        add(text[done:start], 1)
+        add(text[start:end], 0)
+        done = end
+    add(text[done:], 1)
+    return MaskedTokens([*ids, tokenizer.eos_token_id], [*mask, 1])
+
+
+def environment_observations(env: str, options: Mapping[str, Any]) -> Callable[[Any], Spans]:
+    """``example -> spans``: the observation spans of the example's target (``example.solution``) as
+    environment ``env`` (built with ``options``, then ``reset`` on the example) reports them."""
+
+    def spans(example: Any) -> Spans:
+        environment = get_environment(env, **dict(options))
+        environment.reset(example)
+        return environment.observation_spans(example.solution or "")
+
+    return spans
+
+
+class ObservationMaskedSFT(SFT):
+    """The warm start's ``sft`` with ``mask_observations``: each target is a :func:`masked_target`, so the
+    loss and its token count leave the environment's observations out."""
+
+    def __init__(self, ctx: RunContext, observations: Callable[[Any], Spans]) -> None:
+        super().__init__(ctx)
+        self.observations = observations
+
+    def encode_examples(self, examples: list[Any]) -> list[list[int]]:
+        return [masked_target(self.ctx.tokenizer, e.solution or "", self.observations(e)) for e in examples]
+
+
 def supervised_warm_start(
     model: Any,
     tokenizer: Any,
@@ -88,9 +153,13 @@ def supervised_warm_start(
     seed: int,
     timeout: float,
     pool: Any,
+    env: str | None = None,
+    env_options: Mapping[str, Any] | None = None,
 ) -> WarmStartResult:
     """``sft`` steps on the reference answers until the probe's greedy accuracy reaches the target
-    (or ``max_steps``); ``engine`` samples the probe from ``model`` as it trains."""
+    (or ``max_steps``); ``engine`` samples the probe from ``model`` as it trains. ``env`` and
+    ``env_options`` (``task.env``, ``task.episode.options``) say where the observations are
+    (``cfg.mask_observations``)."""
     targets = warm_start_targets(examples, cfg)
     run = TrainConfig(algo=warm_start_settings(cfg), trainer=TrainerConfig(steps=cfg.max_steps, seed=seed))
     ctx = RunContext(cfg=run, run_dir=Path("."), model=model, tokenizer=tokenizer,
@@ -98,7 +167,16 @@ def supervised_warm_start(
                      sampling=replace(sampling, temperature=1.0),  # the plain log-likelihood
                      reward=reward, pool=pool, train_examples=targets,
                      sampler=DrawWithReplacement(len(targets), seed))  # type: ignore[arg-type]
-    sft = SFT(ctx)
+    if cfg.mask_observations:
+        if env is None:
+            raise ConfigError("warmstart.mask_observations=true masks the observations of task.env, which is null: "
+                              "set task.env (e.g. task=multiply_tool) or drop warmstart.mask_observations")
+        sft: SFT = ObservationMaskedSFT(ctx, environment_observations(env, env_options or {}))
+        first = sft.encode_examples(targets[: cfg.probe_size])
+        log.info("warm start: observation tokens left out of the loss: %d of %d target tokens (first %d targets)",
+                 sum(len(t) - sum(t.loss_mask) for t in first), sum(len(t) for t in first), len(first))
+    else:
+        sft = SFT(ctx)
     sft.setup(None)
     # torch's default AdamW kernel, as the warm start always used: the fused kernel of build_optimizer
     # rounds differently, and over a few hundred steps at this learning rate that moved where the

@@ -22,6 +22,7 @@ import torch
 from reasoning_rl import distributed
 from reasoning_rl.algo.aggregation import LossNormalizer
 from reasoning_rl.algo.base import Algorithm
+from reasoning_rl.algo.batch import TrainingRows
 from reasoning_rl.algo.likelihood import weighted_nll
 from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import pack
@@ -73,7 +74,7 @@ class LikelihoodAlgorithm(Algorithm):
         Rows with coefficient 0 are skipped (they add nothing) but stay counted in N."""
         ctx, a = self.ctx, self.cfg
         # The one place the batch's denominators are computed (reasoning_rl.algo.losses).
-        norm = LossNormalizer.for_batch([len(c) for c in completions])
+        norm = LossNormalizer.for_batch(TrainingRows(list(prompts), list(completions)).lengths())  # mask-0 tokens out
         rows = [i for i in range(len(completions)) if float(coefficients[i]) != 0.0]
         set_training(ctx.model, True)
         t0 = time.perf_counter()

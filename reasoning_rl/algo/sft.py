@@ -62,11 +62,16 @@ class SFT(LikelihoodAlgorithm):
                 f"template; train on a split whose rows have them, or with an algorithm that samples (algo=rft)")
         super().setup(state)
 
+    def encode_examples(self, examples: list[Any]) -> list[list[int]]:
+        """The token ids trained on for each example: its solution, then EOS (the warm start's
+        ``warmstart.mask_observations`` returns rows with a loss mask instead)."""
+        return self.encode_targets([e.solution or "" for e in examples])
+
     def step(self, step: int) -> StepOutput:
         ctx = self.ctx
         examples = [ctx.train_examples[i] for i in ctx.sampler.next(self.cfg.prompts_per_step)]
         prompts = [ctx.tokenizer(e.prompt, add_special_tokens=False)["input_ids"] for e in examples]
-        targets = self.encode_targets([e.solution or "" for e in examples])
+        targets = self.encode_examples(examples)
         metrics = self.weighted_update(prompts, targets, sft_coefficients(len(targets)),
                                        aggregation=self.cfg.loss_aggregation)
         metrics["completion/length_mean"] = sum(len(t) for t in targets) / len(targets)
