@@ -66,6 +66,7 @@ class EpisodeStats:
     tool_errors: int = 0
     tool_timeouts: int = 0
     observation_tokens: int = 0
+    prefill_tokens: int = 0
     budget_cut: int = 0
     turn_limit_cut: int = 0
     turn_rewards: list[float] = field(default_factory=list)
@@ -81,6 +82,7 @@ class EpisodeStats:
             "env/tool_error_rate": self.tool_errors / self.tool_calls if self.tool_calls else 0.0,
             "env/tool_timeouts": float(self.tool_timeouts),
             "env/observation_tokens_mean": self.observation_tokens / e,
+            "env/prefill_tokens_mean": self.prefill_tokens / e,
             "env/budget_cut_fraction": self.budget_cut / e,
             "env/turn_limit_fraction": self.turn_limit_cut / e,
         }
@@ -212,9 +214,12 @@ class EpisodeEngine:
         contexts = [e.prompt_ids + e.ids for e in running]
         if cache is None:
             outs = self.inner.generate_from_ids(contexts, turn_sampling, seed=seed)
+            self.stats.prefill_tokens += sum(map(len, contexts))
         else:
+            before = cache.prefilled_tokens
             outs = self.inner.generate_from_ids(contexts, turn_sampling, seed=seed, cache=cache,
                                                 keys=[e.index for e in running])
+            self.stats.prefill_tokens += cache.prefilled_tokens - before
         eos = self.tokenizer.eos_token_id
         handed: list[tuple[_Episode, str]] = []
         for e, c, left in zip(running, outs, room):

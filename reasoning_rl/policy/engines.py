@@ -303,6 +303,8 @@ class NativeEngine(HFEngine):
         a cache, so the tokens and log-probs are the same up to float rounding. Afterwards ``cache``
         holds this call's rows (context and kept tokens, but the last) and nothing else."""
         if cache is None or self.context_cache_refusal() is not None:
+            if cache is not None:  # every context runs whole
+                cache.prefilled_tokens += sum(map(len, prompt_ids))
             return super().generate_from_ids(prompt_ids, sampling, seed)
         if keys is None or len(keys) != len(prompt_ids):
             raise ValueError(f"generate_from_ids with a cache needs one key per row: {len(prompt_ids)} rows, "

@@ -66,10 +66,13 @@ def ragged_env():
     unregister_environment("ragged_greedy_cache_test")
 
 
-def run(engine, env: str, cache: bool, sampling: SamplingConfig, max_tokens: int = 60):
+def run(engine, env: str, cache: bool, sampling: SamplingConfig, max_tokens: int = 60, metrics=None):
     episodes = EpisodeEngine(engine, engine.tokenizer, env, EpisodeConfig(max_turns=3, max_tokens=max_tokens,
                                                                           cache=cache))
-    return [c for g in episodes.generate(PROMPTS, 2, sampling, seed=11) for c in g]
+    flat = [c for g in episodes.generate(PROMPTS, 2, sampling, seed=11) for c in g]
+    if metrics is not None:
+        metrics.update(episodes.pop_metrics())
+    return flat
 
 
 def assert_same_episodes(carried, recomputed):
@@ -93,8 +96,9 @@ def test_carried_cache_gives_the_recompute_paths_episodes(ragged_env, arch, samp
     open_cache = engine.context_cache
     engine.context_cache = lambda: caches.append(open_cache()) or caches[-1]
     env = ragged_env if sampling.do_sample else "ragged_greedy_cache_test"
-    carried = run(engine, env, True, sampling)
-    recomputed = run(engine, env, False, sampling)
+    carried_metrics, recomputed_metrics = {}, {}
+    carried = run(engine, env, True, sampling, metrics=carried_metrics)
+    recomputed = run(engine, env, False, sampling, metrics=recomputed_metrics)
     assert_same_episodes(carried, recomputed)
 
     # The workload is what the test claims: 3 turns, observations of different lengths, episodes
@@ -111,6 +115,10 @@ def test_carried_cache_gives_the_recompute_paths_episodes(ragged_env, arch, samp
     handed = sum(1 for c in carried for t in c.turns if t.role == "observation")
     assert cache.prefilled_tokens == prompt_tokens + continued + handed
     assert cache.reused_tokens > cache.prefilled_tokens - prompt_tokens
+    # env/prefill_tokens_mean counts it; the recompute path ran every turn's whole context.
+    assert carried_metrics["env/prefill_tokens_mean"] == cache.prefilled_tokens / 6
+    whole = sum(len(c.prompt_token_ids) + t.start for c in recomputed for t in c.turns if t.role == "sampled")
+    assert recomputed_metrics["env/prefill_tokens_mean"] == whole / 6
 
 
 def test_an_episode_cut_by_its_budget_ends_the_same(ragged_env):
