@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reasoning_rl.envs.base import Environment, EpisodeConfig, StepResult, Turn
+from reasoning_rl.envs.chat import hands_turn_end, observation_tokens
 from reasoning_rl.envs.registry import check_options, environment_class, get_environment
 from reasoning_rl.errors import UserError
 from reasoning_rl.rollout import Completion, SamplingConfig
@@ -229,11 +230,12 @@ class EpisodeEngine:
             e.add(ids, True, logprobs, self.tokenizer.decode(ids, skip_special_tokens=True))
             if c.policy_version is not None:
                 e.versions.append(c.policy_version)
-            if ids and ids[-1] == eos:
+            ended = bool(ids) and ids[-1] == eos  # a chat's end of turn: handed on when hands_turn_end
+            if ended and not hands_turn_end(self.episode.observation_role, e.env):
                 e.end("stop")
             elif len(e.ids) >= budget:
                 self._cut_by_budget(e)
-            elif c.finish_reason == "length" or not any(s in e.last_text for s in e.env.stop):
+            elif not ended and (c.finish_reason == "length" or not any(s in e.last_text for s in e.env.stop)):
                 e.end(c.finish_reason)  # cut at rollout.max_new_tokens, or a stop string of rollout.stop
             else:
                 handed.append((e, c.text))
@@ -260,11 +262,11 @@ class EpisodeEngine:
             self.stats.turn_limit_cut += 1
             e.end("length")
             return
-        obs_ids = list(self.tokenizer(step.observation, add_special_tokens=False)["input_ids"])
+        obs_text, obs_ids = observation_tokens(self.tokenizer, step.observation, self.episode.observation_role, e.ids)
         left = self.episode.max_tokens - len(e.ids)
         kept = obs_ids[:left]
         self.stats.observation_tokens += len(kept)
-        e.add(kept, False, None, step.observation if len(kept) == len(obs_ids)
+        e.add(kept, False, None, obs_text if len(kept) == len(obs_ids)
               else self.tokenizer.decode(kept, skip_special_tokens=True))
         if len(e.ids) >= self.episode.max_tokens:
             self._cut_by_budget(e)
