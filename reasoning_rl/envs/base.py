@@ -90,6 +90,12 @@ class Environment:
         ``code_feedback``'s ``attempt_discount`` makes later attempts worth less)."""
         return 1.0
 
+    def observation_spans(self, text: str) -> list[tuple[int, int]]:
+        """The ``[start, end)`` character spans of ``text`` (a whole episode written out, e.g. a warm-start
+        reference after :meth:`reset`) that this environment would have written: its observations, left
+        out of the warm start's loss with ``warmstart.mask_observations``. By default none."""
+        return []
+
 
 @dataclass
 class EpisodeConfig:

@@ -152,6 +152,29 @@ class CodeFeedback(Environment):
             return TestReport("unscorable", 0, result.total, detail=f"the tests could not run: {result.harness_error}")
         return read_report(result.status, result.passed, result.total, result.detail, result.cases)
 
+    def observation_spans(self, text: str) -> list[tuple[int, int]]:
+        """What :meth:`step` would have appended after each attempt of ``text`` (after :meth:`reset`): after
+        a stop marker, the run of feedback lines (each starting ``# ``), then ``instruction`` and the retry
+        prompt where they follow. A policy's own comment line right after a stop marker reads as feedback."""
+        stop, spans, attempt_start = self.stop[0], [], 0
+        pos = text.find(stop)
+        while pos != -1:
+            start = end = pos + len(stop)
+            while text.startswith("# ", end):  # feedback_lines: one "# ..." line each
+                newline = text.find("\n", end)
+                end = len(text) if newline == -1 else newline + 1
+            if end > start:
+                if self.instruction and text.startswith(self.instruction, end):
+                    end += len(self.instruction)
+                retry = RETRY_PROMPTS[self.retry_prompt](str(self.fields.get("prompt", ""))) if continues_prompt(
+                    self.fields, text[attempt_start:pos]) else ""
+                if retry and text.startswith(retry, end):
+                    end += len(retry)
+                spans.append((start, end))
+                attempt_start = end
+            pos = text.find(stop, end)
+        return spans
+
     def scored_text(self, turns: Sequence[Turn]) -> str:
         """The final attempt: the last policy turn (a turn cut by the budget stays cut, and fails)."""
         return next((t.text for t in reversed(turns) if t.role == "sampled"), "")

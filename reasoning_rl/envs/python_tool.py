@@ -34,6 +34,8 @@ CUT_MARKER = "[... {n} more characters cut]"
 _SANDBOX_FRAME = re.compile(r'  File ".*/inside/candidate\.py", ')
 """A traceback line of the sandbox's candidate runner (its path differs by isolation level)."""
 _BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
+_OBSERVATION = re.compile(re.escape(STOP) + r"(\n.*?\n```(?:\n|$))", re.DOTALL)
+"""What :meth:`PythonTool.step` appends after the stop marker: a newline, the output, the closing fence."""
 
 _sandboxes: dict[str | None, Any] = {}
 _lock = threading.Lock()
@@ -90,6 +92,11 @@ class PythonTool(Environment):
             return StepResult(observation=f"\nno ```python block to run before {STOP}\n```\n", tool="error")
         output, status = self.run(code)
         return StepResult(observation="\n" + truncate(output, self.max_output_chars) + "\n```\n", tool=status)
+
+    def observation_spans(self, text: str) -> list[tuple[int, int]]:
+        """Each output block after its ```output marker: the newline, the output, the closing fence and its
+        newline, what :meth:`step` returns as the observation."""
+        return [m.span(1) for m in _OBSERVATION.finditer(text)]
 
     def run(self, code: str) -> tuple[str, ToolStatus]:
         """Run ``code`` as a program (empty stdin): (stdout then stderr, status)."""
