@@ -174,6 +174,7 @@ class Trainer:
         result = supervised_warm_start(
             self.model, self.tokenizer, probe_engine, self.train_examples, w, self.reward, self.sampling,
             seed=self.cfg.trainer.seed, timeout=self.cfg.rollout.reward_timeout, pool=self.pool,
+            env=self.cfg.task.env, env_options=self.cfg.task.episode.options,
         )
         log.info("[warm start] stopped after %d steps at probe accuracy %.3f", result.steps, result.probe_accuracy)
         return {"steps": result.steps, "probe_accuracy": result.probe_accuracy, "history": result.history}
