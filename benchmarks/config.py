@@ -197,6 +197,7 @@ def validate(cfg: EvalConfig) -> None:
     if cfg.env is not None and (cfg.samples or cfg.write_reference_samples):
         problems.append(f"env={cfg.env} runs episodes with a model; samples= and write_reference_samples= "
                         "generate nothing: drop env= or evaluate a model")
+    problems += cfg.episode.problems("episode")
     if cfg.backend not in BACKENDS:
         problems.append(f"backend={cfg.backend!r} is unknown; choose one of {', '.join(BACKENDS)}")
     if problems:

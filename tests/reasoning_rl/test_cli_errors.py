@@ -52,8 +52,8 @@ def _message(out: subprocess.CompletedProcess) -> list[str]:
     (["algo.group_size=abc"], ["bad value for algo.group_size: Value 'abc' of type 'str' could not be converted "
                                "to Integer"]),
     (["task=gsm9k"], ["unknown task option task=gsm9k (did you mean gsm8k?); choose one of: arithmetic, "
-                      "code_synthetic, code_synthetic_feedback, gsm8k, math, math500, mbpp, multiply, multiply_tool, "
-                      "stdio_code"]),
+                      "code_synthetic, code_synthetic_feedback, gsm8k, gsm8k_tool, math, math500, mbpp, mbpp_feedback, "
+                      "multiply, multiply_tool, stdio_code"]),
     (["algo.beta=["], ["cannot parse the override 'algo.beta=[': "]),
     (["trainer.save_every=-5", "trainer.keep_checkpoints=-1"],
      ["invalid configuration:", "  - trainer.save_every must be >= 0, got -5",

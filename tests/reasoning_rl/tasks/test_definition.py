@@ -19,7 +19,8 @@ from reasoning_rl.tasks.definition import (
 
 def test_every_shipped_benchmark_is_listed() -> None:
     assert list_definitions() == ["aime24", "arithmetic", "arithmetic_wide", "code_synthetic", "code_synthetic_feedback",
-                                 "gsm8k", "humaneval", "math", "math500", "mbpp", "mbpp_sanitized", "multiply",
+                                 "gsm8k", "gsm8k_tool", "humaneval", "math", "math500", "mbpp", "mbpp_feedback",
+                                 "mbpp_sanitized", "multiply",
                                  "multiply_tool", "stdio_code"]
 
 
@@ -31,7 +32,7 @@ def test_unknown_benchmark_suggests_close_names() -> None:
 def test_unknown_task_name_lists_the_known_ones() -> None:
     with pytest.raises(DefinitionNotFoundError, match=r"unknown task 'maths'\. Did you mean 'math'.*"
                                                       r"Known tasks: aime24, arithmetic, arithmetic_wide, code_synthetic, "
-                                                      r"code_synthetic_feedback, gsm8k, humaneval, "):
+                                                      r"code_synthetic_feedback, gsm8k, gsm8k_tool, humaneval, "):
         Task(TaskConfig(name="maths"))
 
 
