@@ -26,6 +26,7 @@ must never hold expected values.
 from __future__ import annotations
 
 import ast
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,9 +86,13 @@ class MissingFieldError(UserError, ValueError):
 
 
 def defines_function(code: str, name: str) -> bool:
-    """Whether ``code`` defines ``name`` at top level (False when it does not parse alone)."""
+    """Whether ``code`` defines ``name`` at top level (False when it does not parse alone).
+
+    ``code`` is the model's: its SyntaxWarnings (``1x``: invalid decimal literal) are not the host's to print."""
     try:
-        tree = ast.parse(code)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(code)
     except SyntaxError:
         return False
     return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
