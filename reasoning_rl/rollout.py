@@ -72,6 +72,12 @@ class RolloutEngine(Protocol):
     ) -> list[list[Completion]]: ...
 
 
+def check_id_rows(prompt_ids: Sequence[Sequence[int]]) -> None:
+    """The one precondition of every engine's ``generate_from_ids``: at least one row, none empty."""
+    if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
+        raise ValueError("generate_from_ids needs at least one prompt, each with at least one token id")
+
+
 def cut_at_stop(ids: list[int], text: str, stops: list[str], tokenizer: Any) -> tuple[list[int], str, bool]:
     """Cut the completion before the first stop string; token ids are cut at the
     shortest prefix whose decoding contains it (the stop string's tokens are kept,

@@ -32,7 +32,7 @@ from reasoning_rl.policy.lean import LeanDecoder
 from reasoning_rl.policy.lean.context_cache import CachedContext, ContextCache
 from reasoning_rl.policy.lm_head import sampling_support
 from reasoning_rl.policy.runtime import uses_lean
-from reasoning_rl.rollout import Completion, RolloutEngine, SamplingConfig, cut_at_stop
+from reasoning_rl.rollout import Completion, RolloutEngine, SamplingConfig, check_id_rows, cut_at_stop
 
 
 class HFEngine:
@@ -85,8 +85,7 @@ class HFEngine:
         episode (prompt, sampled turns and observations, as ids: nothing is decoded and re-encoded).
         Each call runs its contexts from the start (prefill); the native engine can carry the key/value
         cache from one call to the next instead (:meth:`NativeEngine.generate_from_ids`)."""
-        if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
-            raise ValueError("generate_from_ids needs at least one prompt, each with at least one token id")
+        check_id_rows(prompt_ids)
         with self._sampling_mode(seed):
             flat: list[Completion] = []
             rows = self._rows_per_batch(1)
@@ -309,8 +308,7 @@ class NativeEngine(HFEngine):
         if keys is None or len(keys) != len(prompt_ids):
             raise ValueError(f"generate_from_ids with a cache needs one key per row: {len(prompt_ids)} rows, "
                              f"{'no' if keys is None else len(keys)} keys")
-        if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
-            raise ValueError("generate_from_ids needs at least one prompt, each with at least one token id")
+        check_id_rows(prompt_ids)
         carried: dict[Any, CachedContext] = {}
         with self._sampling_mode(seed):
             flat: list[Completion] = []

@@ -27,7 +27,7 @@ from reasoning_rl.policy.vllm.platform import (
 )
 from reasoning_rl.policy.vllm.sampler import VLLMSampler, logprob_mismatch
 from reasoning_rl.policy.vllm.weights import vllm_weights
-from reasoning_rl.rollout import Completion, SamplingConfig
+from reasoning_rl.rollout import Completion, SamplingConfig, check_id_rows
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +149,7 @@ class VLLMRolloutEngine(VLLMSampler):
                           seed: int | None = None) -> list[Completion]:
         """One completion for each row of token ids (a multi-turn episode's next turn), tagged with
         the policy version (:meth:`VLLMSampler.generate_from_ids`)."""
-        if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
-            raise ValueError("generate_from_ids needs at least one prompt, each with at least one token id")
+        check_id_rows(prompt_ids)
         groups = self._awake(lambda: self._sample_ids(prompt_ids, 1, sampling, seed), sampling)
         return [g[0] for g in groups]
 

@@ -13,7 +13,7 @@ import torch
 from reasoning_rl import distributed
 from reasoning_rl.policy.vllm.availability import require_vllm
 from reasoning_rl.policy.vllm.platform import current_platform, engine_options, prefix_caching, start_llm
-from reasoning_rl.rollout import Completion, SamplingConfig, cut_at_stop
+from reasoning_rl.rollout import Completion, SamplingConfig, check_id_rows, cut_at_stop
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,7 @@ class VLLMSampler:
         and re-encoding would change them); row ``i`` is seeded as ``generate`` seeds its ``i``-th
         prompt. Where vLLM's prefix cache is on, the context's whole cache blocks computed by an
         earlier turn are read back, not recomputed (:attr:`cached_tokens`)."""
-        if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
-            raise ValueError("generate_from_ids needs at least one prompt, each with at least one token id")
+        check_id_rows(prompt_ids)
         return [group[0] for group in self._sample_ids(prompt_ids, 1, sampling, seed)]
 
     def context_cache_refusal(self) -> str:
