@@ -130,9 +130,8 @@ class CodeFeedback(Environment):
         if report.status == "unscorable" and report.detail.startswith("the tests could not run"):
             log.warning("code_feedback: %s; the episode ends without feedback", report.detail)
             return StepResult(done=True, tool="error")
-        retry = RETRY_PROMPTS[self.retry_prompt](str(self.fields["prompt"])) if continues_prompt(
-            self.fields, model_text) else ""
-        return StepResult(observation=feedback_lines(report, self.timeout, self.max_failures) + self.instruction + retry,
+        return StepResult(observation=feedback_lines(report, self.timeout, self.max_failures) + self.instruction
+                          + self._retry(model_text),
                           reward=report.passed / report.total if report.total else 0.0,
                           tool="timeout" if report.status == "timeout" else "error")
 
@@ -152,6 +151,13 @@ class CodeFeedback(Environment):
             return TestReport("unscorable", 0, result.total, detail=f"the tests could not run: {result.harness_error}")
         return read_report(result.status, result.passed, result.total, result.detail, result.cases)
 
+    def _retry(self, attempt: str) -> str:
+        """What follows the feedback after ``attempt``: the retry prompt (:data:`RETRY_PROMPTS`) when the
+        task's completion continues its prompt, else nothing."""
+        if not continues_prompt(self.fields, attempt):
+            return ""
+        return RETRY_PROMPTS[self.retry_prompt](str(self.fields.get("prompt", "")))
+
     def observation_spans(self, text: str) -> list[tuple[int, int]]:
         """What :meth:`step` would have appended after each attempt of ``text`` (after :meth:`reset`): after
         a stop marker, the run of feedback lines (each starting ``# ``), then ``instruction`` and the retry
@@ -166,8 +172,7 @@ class CodeFeedback(Environment):
             if end > start:
                 if self.instruction and text.startswith(self.instruction, end):
                     end += len(self.instruction)
-                retry = RETRY_PROMPTS[self.retry_prompt](str(self.fields.get("prompt", ""))) if continues_prompt(
-                    self.fields, text[attempt_start:pos]) else ""
+                retry = self._retry(text[attempt_start:pos])
                 if retry and text.startswith(retry, end):
                     end += len(retry)
                 spans.append((start, end))
