@@ -210,6 +210,14 @@ def key_problems(values: Mapping[str, Any]) -> list[str]:
     return unknown_keys(values, TrainConfig, schemas={"algo": get_algorithm(str(name)).config_class})
 
 
+def mask_observations_problem(warmstart: WarmStartConfig, env: str | None) -> str | None:
+    """Why ``warmstart.mask_observations`` cannot run with ``task.env`` = ``env``; None when it can."""
+    if warmstart.mask_observations and env is None:
+        return ("warmstart.mask_observations=true masks the observations of task.env, which is null: "
+                "set task.env (e.g. task=multiply_tool) or drop warmstart.mask_observations")
+    return None
+
+
 def validate(cfg: TrainConfig) -> None:
     """Reject settings that would fail later or silently do something else, naming every bad key
     in one :class:`ConfigError`: each numeric setting's range (``config_checks.TRAIN_RANGES``),
@@ -249,9 +257,8 @@ def validate(cfg: TrainConfig) -> None:
     problems += async_problems(cfg)
     problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
     problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
-    if cfg.warmstart.enabled and cfg.warmstart.mask_observations and cfg.task.env is None:
-        problems.append("warmstart.mask_observations=true masks the observations of task.env, which is null: "
-                        "set task.env (e.g. task=multiply_tool) or drop warmstart.mask_observations")
+    if cfg.warmstart.enabled and (problem := mask_observations_problem(cfg.warmstart, cfg.task.env)):
+        problems.append(problem)
     if problems:
         raise ConfigError(problems_message(problems))
 

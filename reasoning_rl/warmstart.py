@@ -37,7 +37,13 @@ from typing import Any
 from reasoning_rl.algo.base import RunContext
 from reasoning_rl.algo.batch import MaskedTokens
 from reasoning_rl.algo.sft import SFT, SFTConfig
-from reasoning_rl.config import ConfigError, TrainConfig, TrainerConfig, WarmStartConfig
+from reasoning_rl.config import (
+    ConfigError,
+    TrainConfig,
+    TrainerConfig,
+    WarmStartConfig,
+    mask_observations_problem,
+)
 from reasoning_rl.envs.registry import get_environment
 from reasoning_rl.heldout import accuracy_of
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
@@ -167,10 +173,9 @@ def supervised_warm_start(
                      sampling=replace(sampling, temperature=1.0),  # the plain log-likelihood
                      reward=reward, pool=pool, train_examples=targets,
                      sampler=DrawWithReplacement(len(targets), seed))  # type: ignore[arg-type]
+    if problem := mask_observations_problem(cfg, env):
+        raise ConfigError(problem)
     if cfg.mask_observations:
-        if env is None:
-            raise ConfigError("warmstart.mask_observations=true masks the observations of task.env, which is null: "
-                              "set task.env (e.g. task=multiply_tool) or drop warmstart.mask_observations")
         sft: SFT = ObservationMaskedSFT(ctx, environment_observations(env, env_options or {}))
         first = sft.encode_examples(targets[: cfg.probe_size])
         log.info("warm start: observation tokens left out of the loss: %d of %d target tokens (first %d targets)",
