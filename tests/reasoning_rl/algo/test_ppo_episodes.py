@@ -19,7 +19,7 @@ from reasoning_rl.envs import Environment, StepResult, register_environment, unr
 from reasoning_rl.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
 from rewards.compose import RewardSpec
-from tests.reasoning_rl.conftest import tiny_config
+from tests.reasoning_rl.conftest import _train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented
 
 # An episode: two sampled tokens, two observation tokens, one sampled token.
@@ -127,11 +127,7 @@ def _episode_cfg(env: str, steps: int = 2, **algo):
 
 
 def test_ppo_trains_on_episodes(tmp_path, nudge_env):
-    trainer = Trainer(_episode_cfg(nudge_env), tmp_path / "run")
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
+    _train(_episode_cfg(nudge_env), tmp_path / "run")
     metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
     assert undocumented(metrics[0]) == [], f"document these in {METRICS_DOC}"
