@@ -18,6 +18,7 @@ from omegaconf import MISSING
 from reasoning_rl.config_checks import (
     AT_LEAST_0,
     AT_LEAST_1,
+    FRACTION,
     POSITIVE,
     SHARE,
     ConfigError,
@@ -149,6 +150,7 @@ EVAL_RANGES: dict[str, Range] = {
     "grader_examples": AT_LEAST_0,
     "episode.max_turns": AT_LEAST_1,
     "episode.max_tokens": AT_LEAST_1,
+    "episode.retry_groups": FRACTION,
 }
 """Allowed range of every numeric setting of ``reasoning-rl-eval``."""
 
@@ -198,6 +200,9 @@ def validate(cfg: EvalConfig) -> None:
         problems.append(f"env={cfg.env} runs episodes with a model; samples= and write_reference_samples= "
                         "generate nothing: drop env= or evaluate a model")
     problems += cfg.episode.problems("episode")
+    if cfg.episode.retry_groups:
+        problems.append(f"episode.retry_groups={cfg.episode.retry_groups} shares first turns between a training "
+                        "group's episodes; evaluation runs every episode whole: drop it")
     if cfg.backend not in BACKENDS:
         problems.append(f"backend={cfg.backend!r} is unknown; choose one of {', '.join(BACKENDS)}")
     if problems:

@@ -82,6 +82,7 @@ TRAIN_RANGES: dict[str, Range] = {
     "task.audit.fraction": FRACTION,
     "task.episode.max_turns": AT_LEAST_1,
     "task.episode.max_tokens": AT_LEAST_1,
+    "task.episode.retry_groups": FRACTION,
     # model (the tiny model's shape)
     "model.tiny.hidden_size": AT_LEAST_1,
     "model.tiny.num_layers": AT_LEAST_1,

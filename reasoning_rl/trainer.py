@@ -143,7 +143,7 @@ class Trainer:
                                            group_size=getattr(cfg.algo, "group_size", 1), seed=cfg.trainer.seed)
         _engine_metrics(self.engine)  # what the engine measured on the check's batch is not step 1's
         # task.env: every rollout, training and held-out, is a multi-turn episode (reasoning_rl.envs, docs/tools.md).
-        self.engine, rollout_engine = with_environment(cfg.task, self.tokenizer, [self.engine, rollout_engine],
+        self.engine, rollout_engine = with_environment(cfg.task, self.tokenizer, self.engine, rollout_engine,
                                                        self.train_examples + self.eval_examples)
         log.info("policy runtime check: %s", self.runtime_check.describe())
         self._check_metrics = {"policy/runtime_max_abs_diff": self.runtime_check.max_abs_diff}  # on every step

@@ -54,6 +54,9 @@ class Turn:
     """A sampled turn handed to the environment: what its step gave (``StepResult.tool``)."""
     reward: float | None = None
     """A sampled turn handed to the environment: its ``StepResult.reward``."""
+    trained: bool = True
+    """False for a sampled turn the loss does not see: the first turn a retry group shares
+    (``task.episode.retry_groups``), context for the turns after it (``loss_mask`` 0 there)."""
 
 
 class Environment:
@@ -118,6 +121,13 @@ class EpisodeConfig:
     turn (ToRA's output block, the tiny model's tasks); ``user`` or ``tool``, a chat turn rendered by the
     tokenizer's chat template (the assistant turn ends, a message of that role holds the observation, a new
     assistant turn opens; all observation tokens), for a chat model."""
+
+    retry_groups: float = 0.0
+    """Training only: the chance that a group of episodes (one prompt's ``algo.group_size``) whose first turns
+    did not all end the episode becomes a retry group: all its episodes continue from one of those first turns
+    (the first in the group; with ``code_feedback``, a failed attempt and its feedback) as shared context, never
+    trained on, so the group's advantages compare retries of the same failure (docs/tools.md, "Training the
+    retry"). 0 = every episode runs on its own. Held-out evaluation never shares turns."""
 
     def problems(self, prefix: str = "task.episode") -> list[str]:
         """One line per setting that cannot run (the numeric ranges are checked with the other settings')."""

@@ -31,9 +31,11 @@ engines (hf, vLLM, the native engine on the model's own modules) recompute each 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
+import random
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -70,6 +72,9 @@ class EpisodeStats:
     prefill_tokens: int = 0
     budget_cut: int = 0
     turn_limit_cut: int = 0
+    groups: int = 0
+    """Groups an engine with retry groups ran (``task.episode.retry_groups`` > 0); 0 otherwise."""
+    retry_groups: int = 0
     turn_rewards: list[float] = field(default_factory=list)
 
     def pop(self) -> dict[str, float]:
@@ -89,6 +94,8 @@ class EpisodeStats:
         }
         if self.turn_rewards:
             out["env/turn_reward_mean"] = sum(self.turn_rewards) / len(self.turn_rewards)
+        if self.groups:
+            out["env/retry_group_fraction"] = self.retry_groups / self.groups
         self.__init__()  # type: ignore[misc]
         return out
 
@@ -176,8 +183,44 @@ class EpisodeEngine:
                 break
             self._turn(running, sampling, None if seed is None else seed + turn * TURN_SEED_STRIDE,
                        last=turn + 1 == self.episode.max_turns, cache=cache)
+            if turn == 0 and n > 1 and self.episode.retry_groups > 0:
+                self._share_first_turns(episodes, n, random.Random(seed), cache)
         flat = [self._completion(e) for e in episodes]
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def _share_first_turns(self, episodes: list[_Episode], n: int, rng: random.Random, cache: Any) -> None:
+        """Retry groups (``task.episode.retry_groups`` = p): after the first turn, each group of ``n``
+        episodes of which at least one goes on (its first turn did not end it: a failed attempt and
+        its feedback) becomes, with chance p, a retry group::
+
+            source   <- the group's first episode that goes on
+            e        <- source's state, for every episode e of the group: its ids, its environment
+                        (deep-copied), its log-probs, its observation
+            loss_mask = 0 on the shared first turn (context, Turn.trained = False)
+
+        so the group's ``n`` later turns are sampled from one context and their advantages compare
+        retries of the same failure. Without it, once the policy's first attempts mostly pass, a group
+        holds few retries, and those follow different failures. The first turns the group drops were
+        sampled and stepped (counted in ``env/*``); the group's first-turn gradient is given up for
+        the retry's, which is why p < 1 (docs/tools.md, "Training the retry")."""
+        for g in range(0, len(episodes), n):
+            group = episodes[g:g + n]
+            going_on = [e for e in group if e.finish_reason is None]
+            self.stats.groups += 1
+            if not going_on or rng.random() >= self.episode.retry_groups:
+                continue
+            self.stats.retry_groups += 1
+            source = going_on[0]
+            first = source.turns[0]
+            mask = [0 if first.start <= k < first.end else m for k, m in enumerate(source.mask)]
+            turns = [dataclasses.replace(first, trained=False), *source.turns[1:]]
+            for e in group:
+                if e is not source:
+                    e.env = copy.deepcopy(source.env)
+                    if cache is not None:
+                        cache.share(source.index, e.index)
+                e.ids, e.mask, e.logprobs = list(source.ids), list(mask), list(source.logprobs)
+                e.turns, e.versions, e.finish_reason = list(turns), list(source.versions), None
 
     def _context_cache(self) -> Any:
         """A fresh key/value cache from the engine when ``task.episode.cache`` is on and the engine
@@ -285,17 +328,19 @@ class EpisodeEngine:
                                  reward_scale=e.env.reward_scale(sampled))
 
 
-def with_environment(task_cfg: Any, tokenizer: Any, engines: Sequence[Any],
-                     examples: Sequence[Any]) -> list[Any]:
-    """``engines`` unchanged when ``task.env`` is null (single-turn); else each wrapped in an
-    :class:`EpisodeEngine` (one :class:`EpisodeStats` shared, so the ``env/*`` metrics count every
-    episode whichever wrapper ran it; the same engine twice gives the same wrapper)."""
+def with_environment(task_cfg: Any, tokenizer: Any, evaluation: Any, training: Any,
+                     examples: Sequence[Any]) -> tuple[Any, Any]:
+    """The held-out ``evaluation`` engine and the ``training`` rollouts' engine, unchanged when
+    ``task.env`` is null (single-turn); else each wrapped in an :class:`EpisodeEngine` (one
+    :class:`EpisodeStats` shared, so the ``env/*`` metrics count every episode whichever wrapper ran
+    it). Only the training wrapper has ``task.episode.retry_groups``; the same engine twice, without
+    retry groups, gives the same wrapper."""
     name = getattr(task_cfg, "env", None)
     if name is None:
-        return list(engines)
+        return evaluation, training
     stats = EpisodeStats()
-    wrapped: dict[int, EpisodeEngine] = {}
-    for engine in engines:
-        if id(engine) not in wrapped:
-            wrapped[id(engine)] = EpisodeEngine(engine, tokenizer, name, task_cfg.episode, examples, stats)
-    return [wrapped[id(engine)] for engine in engines]
+    train = EpisodeEngine(training, tokenizer, name, task_cfg.episode, examples, stats)
+    if evaluation is training and not task_cfg.episode.retry_groups:
+        return train, train
+    whole = dataclasses.replace(task_cfg.episode, retry_groups=0.0)  # evaluation runs every episode whole
+    return EpisodeEngine(evaluation, tokenizer, name, whole, examples, stats), train

@@ -74,6 +74,12 @@ class ContextCache:
             return None
         return entry if list(context[:len(entry.ids)]) == entry.ids else None
 
+    def share(self, source: Hashable, target: Hashable) -> None:
+        """Give ``target`` the entry of ``source`` (a row whose context became a copy of the source's:
+        a retry group, reasoning_rl.envs.episode); entries are never changed in place, so both may hold it."""
+        if source in self.rows:
+            self.rows[target] = self.rows[source]
+
     def replace(self, rows: dict[Hashable, CachedContext]) -> None:
         """Keep ``rows`` and drop every other entry."""
         self.rows = rows
