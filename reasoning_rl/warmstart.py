@@ -143,9 +143,18 @@ class ObservationMaskedSFT(SFT):
     def __init__(self, ctx: RunContext, observations: Callable[[Any], Spans]) -> None:
         super().__init__(ctx)
         self.observations = observations
+        self._encoded: dict[int, tuple[Any, MaskedTokens]] = {}
+        """Each target encoded once (an environment is built per target to find its spans), by identity."""
 
     def encode_examples(self, examples: list[Any]) -> list[list[int]]:
-        return [masked_target(self.ctx.tokenizer, e.solution or "", self.observations(e)) for e in examples]
+        return [self._encode(e) for e in examples]
+
+    def _encode(self, example: Any) -> MaskedTokens:
+        held = self._encoded.get(id(example))
+        if held is None or held[0] is not example:
+            held = self._encoded[id(example)] = (example, masked_target(self.ctx.tokenizer, example.solution or "",
+                                                                        self.observations(example)))
+        return held[1]
 
 
 def supervised_warm_start(

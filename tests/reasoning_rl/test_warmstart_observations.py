@@ -20,7 +20,12 @@ from reasoning_rl.envs.python_tool import PythonTool
 from reasoning_rl.policy.loading import build_char_tokenizer
 from reasoning_rl.policy.logprobs import completion_logprobs
 from reasoning_rl.tasks import Task, TaskConfig
-from reasoning_rl.warmstart import environment_observations, masked_target, warm_start_targets
+from reasoning_rl.warmstart import (
+    ObservationMaskedSFT,
+    environment_observations,
+    masked_target,
+    warm_start_targets,
+)
 from tests.reasoning_rl.envs.conftest import build_bpe_tokenizer
 
 
@@ -202,3 +207,25 @@ def test_masking_needs_an_environment(small_cfg):
     with pytest.raises(ConfigError,
                        match=r"mask_observations=true masks the observations of task\.env, which is null"):
         validate(cfg)
+
+
+def test_each_target_is_encoded_once():
+    """The spans of a target need an environment built and reset: the masked warm start finds them
+    once per target, not at every step that draws it."""
+    from types import SimpleNamespace
+
+    tok = build_char_tokenizer()
+    calls = []
+
+    def spans(example):
+        calls.append(example)
+        return [(2, 4)]
+
+    sft = ObservationMaskedSFT(SimpleNamespace(cfg=SimpleNamespace(algo=None), tokenizer=tok), spans)
+    a, b = (SimpleNamespace(solution=text) for text in ("12 = ok", "34 = no"))
+    first = sft.encode_examples([a, b, a])
+    again = sft.encode_examples([b, a])
+    assert calls == [a, b]
+    assert first[0] is first[2] is again[1] and first[1] is again[0]
+    expected = masked_target(tok, "12 = ok", [(2, 4)])
+    assert list(first[0]) == list(expected) and first[0].loss_mask == expected.loss_mask
