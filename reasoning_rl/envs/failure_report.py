@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rewards.code.formats import FunctionalTests, StdioTests, Tests
+from rewards.code.pyast import parse
 
 REPORT_PREFIX = "check() raised AssertionError: "
 """How the harness's ``detail`` starts when the report statement raised (harness.py)."""
@@ -91,7 +92,7 @@ class _Rewrite(ast.NodeTransformer):
 
     def _shown(self, expr: ast.expr) -> str:
         """The source of ``expr`` with the check's parameter (``candidate``) named as the function."""
-        expr = _Rename(self.param, self.shown_as).visit(ast.parse(ast.unparse(expr), mode="eval")).body
+        expr = _Rename(self.param, self.shown_as).visit(parse(ast.unparse(expr), mode="eval")).body
         return ast.unparse(expr)
 
 
@@ -109,7 +110,7 @@ def _holds_assert(stmt: ast.stmt) -> bool:
 
 def _guarded(stmt: ast.stmt, index: int) -> ast.stmt:
     """``try: stmt except Exception as e: record(index, e); raise`` (the harness still sees the failure)."""
-    guard = ast.parse("try:\n    pass\nexcept Exception as __rl_fb_exc__:\n"
+    guard = parse("try:\n    pass\nexcept Exception as __rl_fb_exc__:\n"
                       f"    __rl_fb_raised__({index}, __rl_fb_exc__)\n    raise").body[0]
     guard.body = [stmt]  # type: ignore[attr-defined]
     return guard
@@ -117,7 +118,7 @@ def _guarded(stmt: ast.stmt, index: int) -> ast.stmt:
 
 def reporting_check(check_source: str, entry_point: str) -> str:
     """HumanEval test code (``def check(candidate): ...``) rewritten to report each failed test."""
-    tree = ast.parse(check_source)
+    tree = parse(check_source)
     checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     if not checks:
         raise ValueError("the test code defines no check(candidate) function")
@@ -133,14 +134,14 @@ def reporting_check(check_source: str, entry_point: str) -> str:
         body.append(_guarded(_Rewrite(index, param, entry_point).visit(stmt), index))
     body.append(ast.Expr(ast.Call(func=ast.Name("__rl_fb_report__", ast.Load()), args=[], keywords=[])))
     check.body = body
-    tree.body = ast.parse(_HELPERS).body + tree.body
+    tree.body = parse(_HELPERS).body + tree.body
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
 def _defined_names(source: str) -> set[str]:
     """Names the trusted setup code binds at top level (imports, defs, assignments)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return set()
     names: set[str] = set()

@@ -26,12 +26,12 @@ must never hold expected values.
 from __future__ import annotations
 
 import ast
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from reasoning_rl.errors import UserError
+from rewards.code.pyast import parse
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,7 @@ def defines_function(code: str, name: str) -> bool:
 
     ``code`` is the model's: its SyntaxWarnings (``1x``: invalid decimal literal) are not the host's to print."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)
-            tree = ast.parse(code)
+        tree = parse(code, quiet=True)
     except SyntaxError:
         return False
     return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
