@@ -46,3 +46,35 @@ def test_grpo_trains_on_episodes(tmp_path):
         assert math.isfinite(m["loss/total"]) and math.isfinite(m["grad/norm"])
     after = json.loads((tmp_path / "run" / "eval_after.json").read_text())
     assert after["num_problems"] == 8 and 0 <= after["greedy_accuracy"] <= 1  # held-out evaluation ran episodes
+
+
+def test_grpo_trains_retry_groups_and_evaluates_whole_episodes(tmp_path):
+    """task.episode.retry_groups=1: every training group continues one first turn (Nudge answers every
+    turn, so every group can), which the loss does not see; held-out evaluation runs its own episodes."""
+    cfg = tiny_config(steps=1)
+    cfg.task.env = "nudge_test"
+    cfg.task.episode.max_turns = 2
+    cfg.task.episode.max_tokens = 10
+    cfg.task.episode.retry_groups = 1.0
+    cfg.rollout.max_new_tokens = 6
+    register_environment("nudge_test")(Nudge)
+    try:
+        trainer = Trainer(cfg, tmp_path / "run")
+        try:
+            trainer.train()
+        finally:
+            trainer.close()
+    finally:
+        unregister_environment("nudge_test")
+    [m] = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert m["env/retry_group_fraction"] == 1.0 and math.isfinite(m["loss/total"])
+    rows = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    by_group: dict[str, list] = {}
+    for row in rows:
+        by_group.setdefault(row["example_id"], []).append(row)
+    for group in by_group.values():
+        firsts = {r["turns"][0]["text"] for r in group}
+        assert len(firsts) == 1 and all(r["turns"][0]["trained"] is False for r in group)
+        assert all(r["loss_mask_spans"][0][0] >= r["turns"][1]["tokens"][1] for r in group if r["loss_mask_spans"])
+    after = json.loads((tmp_path / "run" / "eval_after.json").read_text())
+    assert after["num_problems"] == 8
