@@ -15,6 +15,7 @@ text only, so a new one is a small class: ``reset``, ``step`` and a ``stop`` mar
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -82,6 +83,13 @@ class Environment:
     def step(self, model_text: str) -> StepResult:
         """React to one policy turn (its text, cut before the stop string)."""
         raise NotImplementedError
+
+    def fork(self) -> Environment:
+        """An independent copy of this environment in the middle of its episode: a retry group
+        (``task.episode.retry_groups``) continues one episode in several. ``copy.deepcopy`` by default;
+        an environment holding something that must be shared rather than copied (a sandbox handle)
+        overrides it."""
+        return copy.deepcopy(self)
 
     def scored_text(self, turns: Sequence[Turn]) -> str:
         """The text the task's verifier scores (``Completion.text``): by default the whole episode, every

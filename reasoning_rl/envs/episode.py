@@ -31,7 +31,6 @@ engines (hf, vLLM, the native engine on the model's own modules) recompute each 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import math
@@ -195,7 +194,7 @@ class EpisodeEngine:
 
             source   <- the group's first episode that goes on
             e        <- source's state, for every episode e of the group: its ids, its environment
-                        (deep-copied), its log-probs, its observation
+                        (Environment.fork), its log-probs, its observation
             loss_mask = 0 on the shared first turn (context, Turn.trained = False)
 
         so the group's ``n`` later turns are sampled from one context and their advantages compare
@@ -216,7 +215,7 @@ class EpisodeEngine:
             turns = [dataclasses.replace(first, trained=False), *source.turns[1:]]
             for e in group:
                 if e is not source:
-                    e.env = copy.deepcopy(source.env)
+                    e.env = source.env.fork()
                     if cache is not None:
                         cache.share(source.index, e.index)
                 e.ids, e.mask, e.logprobs = list(source.ids), list(mask), list(source.logprobs)

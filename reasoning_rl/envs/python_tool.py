@@ -20,6 +20,7 @@ ends the episode. The final answer is scored by the task's own verifier on the w
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
 from typing import Any
@@ -85,6 +86,10 @@ class PythonTool(Environment):
         self.max_output_chars = int(max_output_chars)
         self.isolation = isolation
         self._sandbox = sandbox
+
+    def fork(self) -> PythonTool:
+        """A copy that shares the sandbox: the tool keeps no state between turns beyond its options."""
+        return copy.copy(self)
 
     def step(self, model_text: str) -> StepResult:
         code = last_python_block(model_text)

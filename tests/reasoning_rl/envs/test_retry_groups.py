@@ -144,3 +144,18 @@ def test_held_out_evaluation_runs_every_episode_whole(bpe_tokenizer):
                      episode=EpisodeConfig(retry_groups=0.5))
     with pytest.raises(ConfigError, match=r"episode\.retry_groups=0\.5 shares first turns"):
         validate(cfg)
+
+
+def test_fork_copies_an_episodes_state_and_shares_a_sandbox():
+    from reasoning_rl.envs import get_environment
+
+    feedback = get_environment("code_feedback")
+    feedback.reset(EXAMPLE)
+    feedback.step("x + 4\n")
+    twin = feedback.fork()
+    assert twin.reports == feedback.reports and twin.reports is not feedback.reports
+    twin.step("x + 3\n")
+    assert len(twin.reports) == 2 and len(feedback.reports) == 1
+    sandbox = object()  # a handle that must not be copied
+    tool = get_environment("python_tool", sandbox=sandbox)
+    assert tool.fork()._sandbox is sandbox and tool.fork() is not tool
