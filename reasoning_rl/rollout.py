@@ -1,6 +1,7 @@
 """What a rollout is: how completions are sampled (:class:`SamplingConfig`), one sampled
 completion (:class:`Completion`), the engine protocol every sampler implements
-(:class:`RolloutEngine`), and stop strings (:func:`cut_at_stop`).
+(:class:`RolloutEngine`), and stop strings (:func:`cut_at_stop`; :func:`stop_settled`, when a decode loop
+may stop a row at one).
 
 The engines themselves live with the policy runtimes: ``hf`` and ``native`` in
 :mod:`reasoning_rl.policy.engines` (with :func:`~reasoning_rl.policy.engines.make_engine`), the
@@ -92,3 +93,35 @@ def cut_at_stop(ids: list[int], text: str, stops: list[str], tokenizer: Any) -> 
             return ids[:k], text[:cut], True
     return ids, text[:cut], True
 
+
+
+def stop_settled(text: str, stops: Sequence[str], lookahead: int = 0) -> bool:
+    """True when :func:`cut_at_stop` cuts ``text`` at the same character as every longer text that begins
+    with it, so a decode loop may finish the row now: the tokens it would still sample are cut off anyway.
+
+    ``text`` is the decoding of a row's tokens so far. A continuation's decoding is taken to begin with it
+    (decoding is prefix-stable), except where a tokenizer changes the end of a text once more tokens follow:
+
+    - an incomplete character at the end (a byte-level token holding its first bytes decodes to U+FFFD
+      until the rest arrives): never settled while the text ends in one;
+    - with ``lookahead`` = k > 0, the last k characters (a tokenizer that cleans up spaces on decode,
+      ``" ." -> "."``, may still delete a space there).
+
+    Settled when all of:
+
+    - a stop string occurs; ``cut`` = the first position where one begins (empty strings never count);
+    - no stop string can still begin before ``cut``: no proper prefix of one ends the text at a position
+      before ``cut`` (stops ``"b"`` and ``"abc"`` on text ``"ab"``: ``"b"`` at 1, but ``"abc"`` may
+      still begin at 0);
+    - with ``lookahead``: the text runs at least ``longest + lookahead`` characters past ``cut``, so no
+      character that may change lies where a stop string beginning at or before ``cut`` would end.
+    """
+    stops = [s for s in stops if s]
+    positions = [p for p in (text.find(s) for s in stops) if p >= 0]
+    if not positions or text.endswith("\ufffd"):
+        return False
+    cut = min(positions)
+    if lookahead:
+        return len(text) - cut >= max(map(len, stops)) + lookahead
+    # a proper prefix s[:j] ending the text begins at len(text) - j
+    return not any(len(text) - j < cut and text.endswith(s[:j]) for s in stops for j in range(1, len(s)))

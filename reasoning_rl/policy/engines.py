@@ -32,7 +32,11 @@ from reasoning_rl.policy.lean import LeanDecoder
 from reasoning_rl.policy.lean.context_cache import CachedContext, ContextCache
 from reasoning_rl.policy.lm_head import sampling_support
 from reasoning_rl.policy.runtime import uses_lean
+from reasoning_rl.policy.stopping import StopWatch
 from reasoning_rl.rollout import Completion, RolloutEngine, SamplingConfig, check_id_rows, cut_at_stop
+
+BATCH_SEED_STRIDE = 104_729
+"""A prime: batch k of a native call seeded s draws from seed ``s + k * BATCH_SEED_STRIDE``."""
 
 
 class HFEngine:
@@ -69,12 +73,13 @@ class HFEngine:
         """``n`` completions for each prompt, grouped per prompt, in prompt order."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        with self._sampling_mode(seed):
+        with self._sampling_mode(seed) as seed:
             flat: list[Completion] = []
             # Repeat each prompt n times so one padded batch holds whole groups.
             expanded = [p for p in prompts for _ in range(n)]
             rows = self._rows_per_batch(n)
-            for start in range(0, len(expanded), rows):
+            for batch, start in enumerate(range(0, len(expanded), rows)):
+                self._seed_batch(batch, seed)
                 flat.extend(self._generate_batch(expanded[start:start + rows], sampling))
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
 
@@ -86,16 +91,18 @@ class HFEngine:
         Each call runs its contexts from the start (prefill); the native engine can carry the key/value
         cache from one call to the next instead (:meth:`NativeEngine.generate_from_ids`)."""
         check_id_rows(prompt_ids)
-        with self._sampling_mode(seed):
+        with self._sampling_mode(seed) as seed:
             flat: list[Completion] = []
             rows = self._rows_per_batch(1)
-            for start in range(0, len(prompt_ids), rows):
+            for batch, start in enumerate(range(0, len(prompt_ids), rows)):
+                self._seed_batch(batch, seed)
                 flat.extend(self._generate_id_rows([list(p) for p in prompt_ids[start:start + rows]], sampling))
         return flat
 
     @contextlib.contextmanager
-    def _sampling_mode(self, seed: int | None) -> Iterator[None]:
-        """Seed the draw and switch dropout off (when :meth:`_needs_eval_mode`) for one ``generate``."""
+    def _sampling_mode(self, seed: int | None) -> Iterator[int | None]:
+        """Seed the draw and switch dropout off (when :meth:`_needs_eval_mode`) for one ``generate``;
+        yields this rank's seed (None: unseeded)."""
         from reasoning_rl.distributed import rank_seed
         from reasoning_rl.policy.loading import set_training
 
@@ -106,13 +113,17 @@ class HFEngine:
         if self._needs_eval_mode():
             set_training(self.model, False)
         try:
-            yield
+            yield seed
         finally:
             set_training(self.model, was_training)
 
     def _needs_eval_mode(self) -> bool:
         """``generate`` runs the model's modules, whose dropout must be off while sampling."""
         return True
+
+    def _seed_batch(self, batch: int, seed: int | None) -> None:
+        """Before batch ``batch`` (0, 1, ...) of a call seeded ``seed``: nothing here, one random stream
+        runs through the call's batches (:meth:`NativeEngine._seed_batch` seeds each)."""
 
     def _rows_per_batch(self, n: int) -> int:
         """Rows of one ``generate`` call: ``batch_size``."""
@@ -259,7 +270,17 @@ class NativeEngine(HFEngine):
     the loop with ``generate``'s semantics (logits / T, the top-k then top-p support of
     :func:`reasoning_rl.policy.lm_head.sampling_support`, one draw from the renormalised softmax by
     :func:`inverse_cdf_sample`; greedy = argmax), and the loop stops as soon as every row has
-    produced EOS. Runs under ``torch.inference_mode``. ``lean=False`` forces the module path.
+    finished. Runs under ``torch.inference_mode``. ``lean=False`` forces the module path.
+
+    A row finishes at EOS or, with ``sampling.stop`` (``stop_in_loop``, the default), once its text
+    holds a stop string that no later token can move (:class:`reasoning_rl.policy.stopping.StopWatch`):
+    a multi-turn episode's turn ends at one, and the rows that reached it no longer decode filler until
+    the slowest row ends. The completions are the ones decoding on would give (the same tokens, text,
+    log-probs and finish reasons, :func:`~reasoning_rl.rollout.cut_at_stop` still cuts each row): a
+    finished row keeps taking its random draw every step (padding replaces its token), so the other
+    rows draw what they drew before; and a seeded call seeds each of its batches (:meth:`_seed_batch`),
+    so a batch that ends sooner changes no later batch. ``decode_steps`` and ``decoded_tokens`` count
+    the work: forward steps after the prefill, and rows x positions sampled (filler included).
     Each drawn token's log-prob is read off the probabilities it was drawn from (a ``[B]`` gather
     and log per step; greedy: ``max z - logsumexp(z)``).
 
@@ -268,9 +289,20 @@ class NativeEngine(HFEngine):
     appended since (reasoning_rl.policy.lean.context_cache).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, lean: bool = True) -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, lean: bool = True,
+                 stop_in_loop: bool = True) -> None:
         super().__init__(model, tokenizer, batch_size)
         self.lean = lean
+        self.stop_in_loop = stop_in_loop
+        self.decode_steps = 0  # forward steps after the prefill, every call
+        self.decoded_tokens = 0  # rows x positions sampled, filler after a row finished included
+
+    def _seed_batch(self, batch: int, seed: int | None) -> None:
+        """Batch k >= 1 of a call seeded s draws from ``torch.manual_seed(s + k * BATCH_SEED_STRIDE)``
+        (batch 0 from ``s``, seeded by :meth:`_sampling_mode`): how many steps an earlier batch ran
+        (its rows' EOS, or their stop strings) does not change what a later batch samples."""
+        if batch and seed is not None:
+            torch.manual_seed(seed + batch * BATCH_SEED_STRIDE)
 
     def context_cache_refusal(self) -> str | None:
         """None when :meth:`generate_from_ids` can carry a :class:`ContextCache` between calls (the lean
@@ -310,10 +342,11 @@ class NativeEngine(HFEngine):
                              f"{'no' if keys is None else len(keys)} keys")
         check_id_rows(prompt_ids)
         carried: dict[Any, CachedContext] = {}
-        with self._sampling_mode(seed):
+        with self._sampling_mode(seed) as seed:
             flat: list[Completion] = []
             rows = self._rows_per_batch(1)
-            for start in range(0, len(prompt_ids), rows):
+            for batch, start in enumerate(range(0, len(prompt_ids), rows)):
+                self._seed_batch(batch, seed)
                 flat.extend(self._continue_rows([list(p) for p in prompt_ids[start:start + rows]],
                                                 list(keys[start:start + rows]), sampling, cache, carried))
         cache.replace(carried)
@@ -373,10 +406,12 @@ class NativeEngine(HFEngine):
 
     def _decode(self, stepper: Any, b: int, steps: int, eos: int, pad: int, sampling: SamplingConfig,
                 input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """New tokens ``[B, T]`` and their log-probs ``[B, T]`` under the distribution drawn from."""
+        """New tokens ``[B, T]`` and their log-probs ``[B, T]`` under the distribution drawn from; a row
+        that finished (EOS, or a settled stop string) holds ``pad`` after it."""
         out = torch.full((b, steps), pad, dtype=input_ids.dtype, device=input_ids.device)  # [B, T]
         logprobs = torch.zeros(b, steps, device=input_ids.device)  # [B, T]
         finished = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
+        watch = StopWatch.for_sampling(self.tokenizer, sampling.stop) if self.stop_in_loop else None
         logits = stepper.first_logits
         for t in range(steps):
             logits = logits.float()  # [B, V]
@@ -393,10 +428,15 @@ class NativeEngine(HFEngine):
                 token = logits.argmax(dim=-1)  # [B]
                 # log softmax(z)_argmax = max z - logsumexp(z): the temperature-1 distribution's
                 logprobs[:, t] = logits.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
+            # A finished row drew too (inverse_cdf_sample: one number per row), so the others' draws stay.
             token = torch.where(finished, pad, token)
             out[:, t] = token
             finished |= token == eos
+            if watch is not None:
+                finished |= watch.settled(out[:, :t + 1], ~finished)
             if t + 1 == steps or bool(finished.all()):
+                self.decode_steps += t
+                self.decoded_tokens += b * (t + 1)
                 return out[:, :t + 1], logprobs[:, :t + 1]
             logits = stepper.step(token)
         return out, logprobs
