@@ -10,6 +10,8 @@
     reasoning-rl-bench plan  [<train overrides>] [--device-gb 80]  # predicted peak memory by component (meta device)
     reasoning-rl-bench async [--steps 30 --rounds 2]    # s/step of rollout.max_staleness=1 against 0 (2 cores)
     reasoning-rl-bench episode-cache [--hidden 256 --layers 6]   # multi-turn episodes/s, KV cache carried or not
+    reasoning-rl-bench stop-in-loop [--hidden 256 --layers 6]    # multi-turn episodes: rows stopped at stop strings
+                                                        # inside the decode loop or cut afterwards
 
 Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes ``run(argv)``.
 Every run appends one JSON record (commit, date, machine, arguments, figures) to
@@ -40,6 +42,7 @@ SUBCOMMANDS: dict[str, str] = {
     "plan": "benchmarks.perf.plan",
     "async": "benchmarks.perf.async_rollout",
     "episode-cache": "benchmarks.perf.episode_cache",
+    "stop-in-loop": "benchmarks.perf.stop_in_loop",
 }
 ALIASES: dict[str, str] = {"math-equiv": "math", "code-exec": "code"}
 

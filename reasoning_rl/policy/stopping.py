@@ -7,8 +7,8 @@ The completion does not change: the engine still cuts each row afterwards with
 past the cut. Finishing a row late (or never) gives the same completion too: it only costs decode steps.
 That splits the work in two:
 
-- a cheap filter each step: decode a tail window of each running row's new tokens and look for a stop
-  string in it (one ``batch_decode`` per step);
+- a cheap filter each step: decode a tail window of each running row's new tokens (with a fast
+  tokenizer's own backend, no Python per token) and look for a stop string in it;
 - the exact check, only for the rows the filter flags: decode the row's new tokens whole and ask
   :func:`~reasoning_rl.rollout.stop_settled`. A row is flagged from the step a stop string completes
   until it is settled, usually that one step.
@@ -69,25 +69,30 @@ class StopWatch:
         rows = running.nonzero().squeeze(1).tolist()
         if not rows:
             return done
-        ids = tokens[rows].tolist()  # one transfer for every running row
-        texts = self._windows(ids)
-        for row, row_ids, tail in zip(rows, ids, texts):
+        for row, tail in zip(rows, self._windows(tokens, rows)):
             if any(s in tail for s in self.stops):
                 self.full_checks += 1
-                text = self.tokenizer.decode(row_ids, skip_special_tokens=True)
+                text = self.tokenizer.decode(tokens[row].tolist(), skip_special_tokens=True)  # as the engine will
                 done[row] = stop_settled(text, self.stops, self.lookahead)
         return done
 
-    def _windows(self, ids: list[list[int]]) -> list[str]:
-        """Each row's last ``window`` tokens decoded, widened while they decode to too few characters."""
-        width = [self.window] * len(ids)
-        texts = self.tokenizer.batch_decode([r[-self.window:] for r in ids], skip_special_tokens=True)
-        short = [i for i, r in enumerate(ids) if len(texts[i]) < width[i] < len(r)]  # more tokens than characters
-        while short:
-            for i in short:
-                width[i] *= 2
-            wider = self.tokenizer.batch_decode([ids[i][-width[i]:] for i in short], skip_special_tokens=True)
-            for i, text in zip(short, wider):
-                texts[i] = text
-            short = [i for i in short if len(texts[i]) < width[i] < len(ids[i])]
+    def _windows(self, tokens: torch.Tensor, rows: list[int]) -> list[str]:
+        """Each row's last ``window`` tokens decoded, widened while they decode to fewer characters than
+        they have tokens. Only a filter, so it may decode with the tokenizer's fast backend (no space
+        clean-up): what it misses only runs on."""
+        t = tokens.shape[1]
+        width = min(self.window, t)
+        windows = tokens[rows, t - width:].tolist()  # [rows, width]: one transfer
+        texts = [self._decode(w) for w in windows]
+        for i, row in enumerate(rows):
+            wide = width
+            while len(texts[i]) < wide < t:
+                wide = min(2 * wide, t)
+                texts[i] = self._decode(tokens[row, t - wide:].tolist())
         return texts
+
+    def _decode(self, ids: list[int]) -> str:
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)  # a fast tokenizer's own: no Python per token
+        if backend is not None:
+            return backend.decode(ids, skip_special_tokens=True)
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
