@@ -189,5 +189,6 @@ def test_the_preset_hands_task_data_dir_to_the_generator_and_masks_observations(
             "task=gsm8k_tool", "model=smollm2-135m", "task.data_dir=/data/gsm8k"]))
     validate(cfg)
     assert cfg.task.source_kwargs == {"data_dir": "/data/gsm8k"}
-    assert (cfg.warmstart.target, cfg.warmstart.mask_observations) == ("solution", True)
+    assert (cfg.warmstart.target, cfg.warmstart.mask_observations, cfg.warmstart.learning_rate) == (
+        "solution", True, 1e-4)
     assert cfg.task.episode.max_turns - 1 >= 2  # the definition's max_calls: 2 tool calls, then the answer
