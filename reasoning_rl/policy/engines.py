@@ -79,7 +79,7 @@ class HFEngine:
             expanded = [p for p in prompts for _ in range(n)]
             rows = self._rows_per_batch(n)
             for batch, start in enumerate(range(0, len(expanded), rows)):
-                self._seed_batch(batch, seed)
+                self._seed_batch(batch, seed, sampling)
                 flat.extend(self._generate_batch(expanded[start:start + rows], sampling))
         return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
 
@@ -95,7 +95,7 @@ class HFEngine:
             flat: list[Completion] = []
             rows = self._rows_per_batch(1)
             for batch, start in enumerate(range(0, len(prompt_ids), rows)):
-                self._seed_batch(batch, seed)
+                self._seed_batch(batch, seed, sampling)
                 flat.extend(self._generate_id_rows([list(p) for p in prompt_ids[start:start + rows]], sampling))
         return flat
 
@@ -121,9 +121,10 @@ class HFEngine:
         """``generate`` runs the model's modules, whose dropout must be off while sampling."""
         return True
 
-    def _seed_batch(self, batch: int, seed: int | None) -> None:
+    def _seed_batch(self, batch: int, seed: int | None, sampling: SamplingConfig) -> None:
         """Before batch ``batch`` (0, 1, ...) of a call seeded ``seed``: nothing here, one random stream
-        runs through the call's batches (:meth:`NativeEngine._seed_batch` seeds each)."""
+        runs through the call's batches (:meth:`NativeEngine._seed_batch` seeds each when it stops rows
+        at stop strings)."""
 
     def _rows_per_batch(self, n: int) -> int:
         """Rows of one ``generate`` call: ``batch_size``."""
@@ -297,11 +298,15 @@ class NativeEngine(HFEngine):
         self.decode_steps = 0  # forward steps after the prefill, every call
         self.decoded_tokens = 0  # rows x positions sampled, filler after a row finished included
 
-    def _seed_batch(self, batch: int, seed: int | None) -> None:
-        """Batch k >= 1 of a call seeded s draws from ``torch.manual_seed(s + k * BATCH_SEED_STRIDE)``
-        (batch 0 from ``s``, seeded by :meth:`_sampling_mode`): how many steps an earlier batch ran
-        (its rows' EOS, or their stop strings) does not change what a later batch samples."""
-        if batch and seed is not None:
+    def _seed_batch(self, batch: int, seed: int | None, sampling: SamplingConfig) -> None:
+        """With stop strings (``sampling.stop``): batch k >= 1 of a call seeded s draws from
+        ``torch.manual_seed(s + k * BATCH_SEED_STRIDE)`` (batch 0 from ``s``, seeded by
+        :meth:`_sampling_mode`), so how many steps an earlier batch ran does not change what a later
+        batch samples, and the in-loop stop gives the completions of decoding on and cutting afterwards
+        (``stop_in_loop`` on or off, the same draws). Without stop strings one stream runs through the
+        batches, as before the in-loop stop existed: runs measured then (single-turn tasks such as
+        ``code_synthetic``, the default run) sample the same tokens."""
+        if batch and seed is not None and sampling.stop:
             torch.manual_seed(seed + batch * BATCH_SEED_STRIDE)
 
     def context_cache_refusal(self) -> str | None:
@@ -346,7 +351,7 @@ class NativeEngine(HFEngine):
             flat: list[Completion] = []
             rows = self._rows_per_batch(1)
             for batch, start in enumerate(range(0, len(prompt_ids), rows)):
-                self._seed_batch(batch, seed)
+                self._seed_batch(batch, seed, sampling)
                 flat.extend(self._continue_rows([list(p) for p in prompt_ids[start:start + rows]],
                                                 list(keys[start:start + rows]), sampling, cache, carried))
         cache.replace(carried)

@@ -44,7 +44,9 @@ def _cut_afterwards(completion, stops, tok):
 @pytest.mark.parametrize("batch_size", [64, 4], ids=["one-batch", "three-batches"])
 def test_rows_stopped_in_the_loop_equal_rows_cut_afterwards(runtime, lean, sampling, batch_size):
     model, tok = _tiny(runtime)
-    unstopped = [c for g in NativeEngine(model, tok, batch_size, lean).generate(PROMPTS, 4, sampling, seed=7)
+    # Rows decoded to the end: a stop string that never occurs seeds the batches as a stopping call does.
+    never = dataclasses.replace(sampling, stop=["\x00"])
+    unstopped = [c for g in NativeEngine(model, tok, batch_size, lean).generate(PROMPTS, 4, never, seed=7)
                  for c in g]
     # Stop strings taken from each unstopped row's own text at a different place (row r at 3 + 2r), so
     # rows stop at different points, every one by token 27 of 40; every third is two characters: two tokens.
@@ -190,3 +192,17 @@ def test_episodes_are_the_same_with_the_stop_in_the_loop(ragged_env, cache):  # 
     on, off = NativeEngine(model, tok, batch_size=4), NativeEngine(model, tok, batch_size=4, stop_in_loop=False)
     assert_same_episodes(run(on, ragged_env, cache, sampling), run(off, ragged_env, cache, sampling))
     assert on.decode_steps < off.decode_steps
+
+
+def test_without_stop_strings_one_random_stream_runs_through_the_batches():
+    """Calls without stop strings sample what they sampled before the in-loop stop existed: batch 2
+    continues batch 1's stream (as two unseeded calls after one seed do), so runs measured then
+    (code_synthetic, the default run) give the same tokens."""
+    model, tok = _tiny()
+    sampling = SamplingConfig(max_new_tokens=12, temperature=1.0)
+    engine = NativeEngine(model, tok, batch_size=4)
+    one_call = [c for g in engine.generate(PROMPTS[:2], 4, sampling, seed=3) for c in g]  # 2 batches of 4
+    torch.manual_seed(3)
+    first = [c for g in engine.generate(PROMPTS[:1], 4, sampling, seed=None) for c in g]
+    second = [c for g in engine.generate(PROMPTS[1:2], 4, sampling, seed=None) for c in g]
+    assert _fields(one_call) == _fields(first + second)
