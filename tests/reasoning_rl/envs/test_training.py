@@ -23,21 +23,27 @@ class Nudge(Environment):
         return StepResult(observation=" =")
 
 
-def test_grpo_trains_on_episodes(tmp_path):
-    cfg = tiny_config(steps=2)
+def train_with_nudge(run_dir, steps: int, max_turns: int, retry_groups: float = 0.0) -> None:
+    """A GRPO run of the tiny model whose episodes run in :class:`Nudge`."""
+    cfg = tiny_config(steps=steps)
     cfg.task.env = "nudge_test"
-    cfg.task.episode.max_turns = 3
+    cfg.task.episode.max_turns = max_turns
     cfg.task.episode.max_tokens = 10
+    cfg.task.episode.retry_groups = retry_groups
     cfg.rollout.max_new_tokens = 6
     register_environment("nudge_test")(Nudge)
     try:
-        trainer = Trainer(cfg, tmp_path / "run")
+        trainer = Trainer(cfg, run_dir)
         try:
             trainer.train()
         finally:
             trainer.close()
     finally:
         unregister_environment("nudge_test")
+
+
+def test_grpo_trains_on_episodes(tmp_path):
+    train_with_nudge(tmp_path / "run", steps=2, max_turns=3)
     metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
     assert undocumented(metrics[0]) == [], f"document these in {METRICS_DOC}"
@@ -51,21 +57,7 @@ def test_grpo_trains_on_episodes(tmp_path):
 def test_grpo_trains_retry_groups_and_evaluates_whole_episodes(tmp_path):
     """task.episode.retry_groups=1: every training group continues one first turn (Nudge answers every
     turn, so every group can), which the loss does not see; held-out evaluation runs its own episodes."""
-    cfg = tiny_config(steps=1)
-    cfg.task.env = "nudge_test"
-    cfg.task.episode.max_turns = 2
-    cfg.task.episode.max_tokens = 10
-    cfg.task.episode.retry_groups = 1.0
-    cfg.rollout.max_new_tokens = 6
-    register_environment("nudge_test")(Nudge)
-    try:
-        trainer = Trainer(cfg, tmp_path / "run")
-        try:
-            trainer.train()
-        finally:
-            trainer.close()
-    finally:
-        unregister_environment("nudge_test")
+    train_with_nudge(tmp_path / "run", steps=1, max_turns=2, retry_groups=1.0)
     [m] = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert m["env/retry_group_fraction"] == 1.0 and math.isfinite(m["loss/total"])
     rows = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
