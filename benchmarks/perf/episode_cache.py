@@ -66,14 +66,43 @@ def make_environment(stop: str, obs_chars: int) -> type:
     return LongObservation
 
 
+def workload_prompts(args: argparse.Namespace) -> list[str]:
+    """The ``--prompts`` prompts of the episode benchmarks (this one and stop-in-loop)."""
+    return [f"Problem {i}: compute {7 * i + 3} * {i + 11} with the tool. " for i in range(args.prompts)]
+
+
+def episode_budget(args: argparse.Namespace) -> int:
+    """``task.episode.max_tokens`` of the workload: every turn and observation at its longest."""
+    return args.turns * (args.max_new + args.obs_chars)
+
+
+def tiny_lean_model(args: argparse.Namespace) -> tuple[Any, Any, tuple[float, float, float]]:
+    """Set torch's threads, print the load average, and build the random tiny model (``--hidden``,
+    ``--layers``) on the lean runtime, in eval mode: (model, tokenizer, load average before)."""
+    import torch
+
+    from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+    from reasoning_rl.policy.runtime import decide_runtime, set_runtime
+
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
+    print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} "
+          f"({os.cpu_count()} cores, {args.threads} torch thread(s))", flush=True)
+    shape = {k: v for k, v in (("hidden_size", args.hidden), ("num_layers", args.layers)) if v is not None}
+    if args.hidden is not None:
+        shape["intermediate_size"] = 4 * args.hidden
+    model, tok = build_tiny_model(TinyModelConfig(**shape, max_position_embeddings=64 + episode_budget(args)))
+    set_runtime(model, decide_runtime(model, "lean", training=False))
+    return model.eval(), tok, load_before
+
+
 def one_side(engine: Any, tok: Any, args: argparse.Namespace, cache: bool, seed: int) -> dict[str, Any]:
     from reasoning_rl.envs import EpisodeConfig
     from reasoning_rl.envs.episode import EpisodeEngine
     from reasoning_rl.rollout import SamplingConfig
 
-    prompts = [f"Problem {i}: compute {7 * i + 3} * {i + 11} with the tool. " for i in range(args.prompts)]
-    budget = args.turns * (args.max_new + args.obs_chars)
-    episodes = EpisodeEngine(engine, tok, ENV_NAME, EpisodeConfig(max_turns=args.turns, max_tokens=budget,
+    prompts = workload_prompts(args)
+    episodes = EpisodeEngine(engine, tok, ENV_NAME, EpisodeConfig(max_turns=args.turns, max_tokens=episode_budget(args),
                                                                   cache=cache))
     caches: list[Any] = []
     open_cache = engine.context_cache
@@ -96,26 +125,11 @@ def one_side(engine: Any, tok: Any, args: argparse.Namespace, cache: bool, seed:
 
 
 def run(argv: list[str]) -> BenchResult:
-    import torch
-
     from reasoning_rl.envs import register_environment, unregister_environment
     from reasoning_rl.policy.engines import NativeEngine
-    from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
-    from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    load_before = os.getloadavg()
-    print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} "
-          f"({os.cpu_count()} cores, {args.threads} torch thread(s))", flush=True)
-    shape = {k: v for k, v in (("hidden_size", args.hidden), ("num_layers", args.layers)) if v is not None}
-    if args.hidden is not None:
-        shape["intermediate_size"] = 4 * args.hidden
-    model, tok = build_tiny_model(TinyModelConfig(**shape,
-                                                  max_position_embeddings=64 + args.turns * (args.max_new
-                                                                                             + args.obs_chars)))
-    set_runtime(model, decide_runtime(model, "lean", training=False))
-    model.eval()
+    model, tok, load_before = tiny_lean_model(args)
     engine = NativeEngine(model, tok, batch_size=args.batch_size)
     refusal = engine.context_cache_refusal()
     if refusal is not None:

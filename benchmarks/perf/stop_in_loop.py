@@ -28,7 +28,7 @@ import statistics
 import time
 from typing import Any
 
-from benchmarks.perf.episode_cache import make_environment
+from benchmarks.perf.episode_cache import episode_budget, make_environment, tiny_lean_model, workload_prompts
 from benchmarks.perf.results import BenchResult, run_and_record
 
 ENV_NAME = "bench_stop_in_loop"
@@ -57,9 +57,9 @@ def one_side(engine: Any, tok: Any, args: argparse.Namespace, seed: int) -> dict
     from reasoning_rl.envs.episode import EpisodeEngine
     from reasoning_rl.rollout import SamplingConfig
 
-    prompts = [f"Problem {i}: compute {7 * i + 3} * {i + 11} with the tool. " for i in range(args.prompts)]
-    budget = args.turns * (args.max_new + args.obs_chars)
-    episodes = EpisodeEngine(engine, tok, ENV_NAME, EpisodeConfig(max_turns=args.turns, max_tokens=budget))
+    prompts = workload_prompts(args)
+    episodes = EpisodeEngine(engine, tok, ENV_NAME, EpisodeConfig(max_turns=args.turns,
+                                                                  max_tokens=episode_budget(args)))
     tokens, steps = engine.decoded_tokens, engine.decode_steps
     start = time.perf_counter()
     groups = episodes.generate(prompts, args.n, SamplingConfig(max_new_tokens=args.max_new), seed=seed)
@@ -73,25 +73,11 @@ def one_side(engine: Any, tok: Any, args: argparse.Namespace, seed: int) -> dict
 
 
 def run(argv: list[str]) -> BenchResult:
-    import torch
-
     from reasoning_rl.envs import register_environment, unregister_environment
     from reasoning_rl.policy.engines import NativeEngine
-    from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
-    from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    load_before = os.getloadavg()
-    print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} "
-          f"({os.cpu_count()} cores, {args.threads} torch thread(s))", flush=True)
-    shape = {k: v for k, v in (("hidden_size", args.hidden), ("num_layers", args.layers)) if v is not None}
-    if args.hidden is not None:
-        shape["intermediate_size"] = 4 * args.hidden
-    model, tok = build_tiny_model(TinyModelConfig(**shape, max_position_embeddings=64 + args.turns * (
-        args.max_new + args.obs_chars)))
-    set_runtime(model, decide_runtime(model, "lean", training=False))
-    model.eval()
+    model, tok, load_before = tiny_lean_model(args)
     engines = {side: NativeEngine(model, tok, batch_size=args.batch_size, stop_in_loop=side == "in-loop")
                for side in SIDES}
     print(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; {args.prompts} x {args.n} "
