@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import re
 import string
@@ -215,7 +216,9 @@ def load_rows(definition: DatasetDefinition, split: str, *, data_dir: str | Path
     """The rows of ``split`` and a description of where they came from (for result files).
 
     ``source_kwargs`` override the generator's keyword arguments (``max_operand`` of the
-    arithmetic task); they are refused for a dataset that is not generated.
+    arithmetic task); they are refused for a dataset that is not generated. A generator that takes a
+    ``data_dir`` argument (rows derived from files, ``gsm8k_tool``) gets ``data_dir`` there unless
+    ``source_kwargs`` set it.
     """
     source: DatasetSource = definition.source(split)
     kwargs = {**source.kwargs, **(source_kwargs or {})}
@@ -229,6 +232,8 @@ def load_rows(definition: DatasetDefinition, split: str, *, data_dir: str | Path
     elif source.generator:
         module_name, _, fn_name = source.generator.partition(":")
         fn = getattr(importlib.import_module(module_name), fn_name)
+        if data_dir and "data_dir" in inspect.signature(fn).parameters:
+            kwargs.setdefault("data_dir", str(data_dir))  # a generator over files (gsm8k_tool): the run's folder
         rows = [dict(r) for r in fn(split=source.split, **kwargs)]
         origin = f"{source.generator}({json.dumps({'split': source.split, **kwargs}, sort_keys=True)})"
     elif source.path:

@@ -224,10 +224,9 @@ def make_gsm8k_tool_rows(split: str, data_dir: str | None = None, max_calls: int
     try:
         rows, origin = load_rows(get_definition("gsm8k"), split, data_dir=data_dir)
     except TaskDataError as exc:
-        raise TaskDataError(f"gsm8k_tool's rows are GSM8K's, read by its generator: {exc}. In training pass "
-                            "task.data_dir=<folder> (the preset hands it to the generator); in evaluation "
-                            f"data_dir= does not reach a generator: pass data_files=<folder>/gsm8k_{split}.jsonl"
-                            ) from exc
+        raise TaskDataError(f"gsm8k_tool's rows are GSM8K's, read by its generator: {exc}. Pass the folder "
+                            f"holding gsm8k_{split}.jsonl (task.data_dir=<folder> in training, data_dir=<folder> "
+                            "in evaluation)") from exc
     counts = add_episodes(rows, max_calls, max_output_chars)
     log.info("gsm8k_tool %s (%s): %d rows, %d tool episodes, %d plain worked answers (no annotation, or one "
              "that does not evaluate to its stated value)", split, origin, len(rows), counts.tool, counts.plain)

@@ -151,7 +151,7 @@ def _write_rows(folder: Path, answers: list[str]) -> None:
 
 def test_the_definitions_warm_start_target_is_the_tool_episode(tmp_path):
     _write_rows(tmp_path, [NATALIA, ROUNDED])
-    task = Task(TaskConfig(name="gsm8k_tool", source_kwargs={"data_dir": str(tmp_path)}, use_chat_template=False))
+    task = Task(TaskConfig(name="gsm8k_tool", data_dir=str(tmp_path), use_chat_template=False))
     examples = task.examples("train")
     assert [e.reference for e in examples] == ["72", "3.33"]
     assert examples[0].prompt.endswith("Problem: Question 0?\n")
@@ -165,19 +165,29 @@ def test_the_definitions_warm_start_target_is_the_tool_episode(tmp_path):
 
 def test_the_targets_score_one_with_the_tasks_verifier(tmp_path):
     _write_rows(tmp_path, [NATALIA, FLOWERS, ROUNDED])
-    task = Task(TaskConfig(name="gsm8k_tool", source_kwargs={"data_dir": str(tmp_path)}, use_chat_template=False))
+    task = Task(TaskConfig(name="gsm8k_tool", data_dir=str(tmp_path), use_chat_template=False))
     examples = task.examples("train")
     verifier = task.definition.verifier.build()
     assert [verifier(e.solution, e.reference).score for e in examples] == [1.0, 1.0, 1.0]
 
 
 def test_a_missing_data_folder_says_how_to_pass_one(tmp_path):
-    with pytest.raises(TaskDataError, match=r"gsm8k_tool's rows are GSM8K's.*does not exist.*task\.data_dir=<folder>"
-                                            r".*data_files=<folder>/gsm8k_test\.jsonl"):
+    with pytest.raises(TaskDataError, match=r"gsm8k_tool's rows are GSM8K's.*does not exist.*gsm8k_test\.jsonl"
+                                            r".*task\.data_dir=<folder> in training, data_dir=<folder> in evaluation"):
         make_gsm8k_tool_rows("test", data_dir=str(tmp_path))
 
 
-def test_the_preset_hands_task_data_dir_to_the_generator_and_masks_observations():
+def test_evaluation_reads_the_rows_from_its_data_dir(tmp_path):
+    """reasoning-rl-eval's data_dir= reaches the generator (load_rows hands it to a generator that takes it)."""
+    from reasoning_rl.tasks.data import load_problems
+    from reasoning_rl.tasks.definition import get_definition
+
+    _write_rows(tmp_path, [NATALIA, ROUNDED])
+    problems, info = load_problems(get_definition("gsm8k_tool"), "test", data_dir=tmp_path)
+    assert [p.reference for p in problems] == ["72"] and str(tmp_path) in str(info)
+
+
+def test_the_preset_reads_task_data_dir_and_masks_observations():
     from hydra import compose, initialize_config_module
 
     from reasoning_rl.cli import to_train_config
@@ -188,7 +198,7 @@ def test_the_preset_hands_task_data_dir_to_the_generator_and_masks_observations(
         cfg = to_train_config(compose(config_name="train", overrides=[
             "task=gsm8k_tool", "model=smollm2-135m", "task.data_dir=/data/gsm8k"]))
     validate(cfg)
-    assert cfg.task.source_kwargs == {"data_dir": "/data/gsm8k"}
+    assert cfg.task.data_dir == "/data/gsm8k" and cfg.task.source_kwargs == {}
     assert (cfg.warmstart.target, cfg.warmstart.mask_observations, cfg.warmstart.learning_rate) == (
         "solution", True, 1e-4)
     assert cfg.task.episode.max_turns - 1 >= 2  # the definition's max_calls: 2 tool calls, then the answer
