@@ -33,18 +33,23 @@ ENV_NAME = "bench_long_observation"
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="reasoning-rl-bench episode-cache", description=__doc__.split("\n\n")[0])
+    return add_workload_arguments(p, max_new=32).parse_args(argv)
+
+
+def add_workload_arguments(p: argparse.ArgumentParser, max_new: int) -> argparse.ArgumentParser:
+    """The episode workload's options (this benchmark's and stop-in-loop's); ``max_new``: --max-new's default."""
     p.add_argument("--prompts", type=int, default=8, help="distinct prompts (default 8)")
     p.add_argument("--n", type=int, default=4, help="episodes per prompt (default 4)")
     p.add_argument("--turns", type=int, default=4, help="task.episode.max_turns (default 4)")
     p.add_argument("--obs-chars", type=int, default=64, help="characters (tokens) of each observation (default 64)")
-    p.add_argument("--max-new", type=int, default=32, help="rollout.max_new_tokens of a turn (default 32)")
+    p.add_argument("--max-new", type=int, default=max_new, help=f"rollout.max_new_tokens of a turn (default {max_new})")
     p.add_argument("--stop", default="aeiouAEI", help="characters that end a turn (default aeiouAEI: ~8%% a token)")
     p.add_argument("--rounds", type=int, default=3, help="rounds, each runs both sides (default 3)")
     p.add_argument("--batch-size", type=int, default=64, help="rollout.batch_size (default 64)")
     p.add_argument("--hidden", type=int, default=None, help="model.tiny.hidden_size (default: the preset's)")
     p.add_argument("--layers", type=int, default=None, help="model.tiny.num_layers (default: the preset's)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    return p.parse_args(argv)
+    return p
 
 
 def make_environment(stop: str, obs_chars: int) -> type:

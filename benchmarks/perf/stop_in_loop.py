@@ -28,7 +28,13 @@ import statistics
 import time
 from typing import Any
 
-from benchmarks.perf.episode_cache import episode_budget, make_environment, tiny_lean_model, workload_prompts
+from benchmarks.perf.episode_cache import (
+    add_workload_arguments,
+    episode_budget,
+    make_environment,
+    tiny_lean_model,
+    workload_prompts,
+)
 from benchmarks.perf.results import BenchResult, run_and_record
 
 ENV_NAME = "bench_stop_in_loop"
@@ -37,18 +43,7 @@ SIDES = ("in-loop", "afterwards")
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="reasoning-rl-bench stop-in-loop", description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompts", type=int, default=8, help="distinct prompts (default 8)")
-    p.add_argument("--n", type=int, default=4, help="episodes per prompt (default 4)")
-    p.add_argument("--turns", type=int, default=4, help="task.episode.max_turns (default 4)")
-    p.add_argument("--obs-chars", type=int, default=64, help="characters (tokens) of each observation (default 64)")
-    p.add_argument("--max-new", type=int, default=48, help="rollout.max_new_tokens of a turn (default 48)")
-    p.add_argument("--stop", default="aeiouAEI", help="characters that end a turn (default aeiouAEI: ~8%% a token)")
-    p.add_argument("--rounds", type=int, default=3, help="rounds, each runs both sides (default 3)")
-    p.add_argument("--batch-size", type=int, default=64, help="rollout.batch_size (default 64)")
-    p.add_argument("--hidden", type=int, default=None, help="model.tiny.hidden_size (default: the preset's)")
-    p.add_argument("--layers", type=int, default=None, help="model.tiny.num_layers (default: the preset's)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    return p.parse_args(argv)
+    return add_workload_arguments(p, max_new=48).parse_args(argv)
 
 
 def one_side(engine: Any, tok: Any, args: argparse.Namespace, seed: int) -> dict[str, Any]:
