@@ -24,6 +24,7 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks.perf.results import BenchResult, run_and_record
@@ -101,6 +102,28 @@ def tiny_lean_model(args: argparse.Namespace) -> tuple[Any, Any, tuple[float, fl
     return model.eval(), tok, load_before
 
 
+def alternated_rounds(run_side: Callable[[str, int], dict[str, Any]], sides: tuple[str, str], rounds: int,
+                      same: Callable[[dict[str, Any], dict[str, Any]], bool], line: Callable[[dict[str, Any]], str],
+                      warm_up: Sequence[str]) -> tuple[dict[str, list[dict[str, Any]]], bool]:
+    """The episode benchmarks' rounds (this one and stop-in-loop): ``run_side(side, seed)`` once for each
+    ``warm_up`` side with seed 1000 (allocator, first calls; not kept), then round r runs both sides with
+    seed r, ``sides[0]`` first in even rounds and last in odd ones, so machine noise hits both; one line
+    per round (``line`` of each side's result). Each side's results in round order, and whether ``same``
+    held for the two sides' results in every round."""
+    results: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    agree = True
+    for side in warm_up:
+        run_side(side, 1000)
+    for r in range(rounds):
+        order = sides if r % 2 == 0 else sides[::-1]
+        out = {side: run_side(side, r) for side in order}
+        agree &= same(out[sides[0]], out[sides[1]])
+        for side in order:
+            results[side].append(out[side])
+        print(f"round {r}: " + ", ".join(f"{side} {line(out[side])}" for side in order), flush=True)
+    return results, agree
+
+
 def one_side(engine: Any, tok: Any, args: argparse.Namespace, cache: bool, seed: int) -> dict[str, Any]:
     from reasoning_rl.envs import EpisodeConfig
     from reasoning_rl.envs.episode import EpisodeEngine
@@ -143,18 +166,11 @@ def run(argv: list[str]) -> BenchResult:
           f"episodes, {args.turns} turns, observations of {args.obs_chars} tokens, turns of <= {args.max_new}",
           flush=True)
     register_environment(ENV_NAME)(make_environment(args.stop, args.obs_chars))
-    sides: dict[str, list[dict[str, Any]]] = {"cached": [], "recomputed": []}
-    same = True
     try:
-        one_side(engine, tok, args, True, seed=1000)  # warm-up (allocator, first calls), not timed
-        for r in range(args.rounds):
-            order = ("cached", "recomputed") if r % 2 == 0 else ("recomputed", "cached")
-            out = {name: one_side(engine, tok, args, name == "cached", seed=r) for name in order}
-            same &= out["cached"]["ids"] == out["recomputed"]["ids"]
-            for name in order:
-                sides[name].append(out[name])
-            print(f"round {r}: " + ", ".join(f"{n} {out[n]['episodes_per_s']:.2f} episodes/s "
-                                             f"({out[n]['seconds']:.2f} s)" for n in order), flush=True)
+        sides, same = alternated_rounds(
+            lambda side, seed: one_side(engine, tok, args, side == "cached", seed), ("cached", "recomputed"),
+            args.rounds, same=lambda a, b: a["ids"] == b["ids"],
+            line=lambda x: f"{x['episodes_per_s']:.2f} episodes/s ({x['seconds']:.2f} s)", warm_up=("cached",))
     finally:
         unregister_environment(ENV_NAME)
     load_after = os.getloadavg()

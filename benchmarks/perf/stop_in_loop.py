@@ -30,6 +30,7 @@ from typing import Any
 
 from benchmarks.perf.episode_cache import (
     add_workload_arguments,
+    alternated_rounds,
     episode_budget,
     make_environment,
     tiny_lean_model,
@@ -79,19 +80,11 @@ def run(argv: list[str]) -> BenchResult:
           f"episodes, {args.turns} turns of <= {args.max_new} tokens ending at any of {args.stop!r}, "
           f"observations of {args.obs_chars} tokens", flush=True)
     register_environment(ENV_NAME)(make_environment(args.stop, args.obs_chars))
-    sides: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
-    same = True
     try:
-        for side in SIDES:  # warm-up (allocator, first calls), not timed
-            one_side(engines[side], tok, args, seed=1000)
-        for r in range(args.rounds):
-            order = SIDES if r % 2 == 0 else SIDES[::-1]
-            out = {side: one_side(engines[side], tok, args, seed=r) for side in order}
-            same &= _same(out["in-loop"]["episodes"], out["afterwards"]["episodes"])
-            for side in order:
-                sides[side].append(out[side])
-            print(f"round {r}: " + ", ".join(f"{s} {out[s]['seconds']:.2f} s ({out[s]['decoded_tokens']} tokens "
-                                             f"decoded)" for s in order), flush=True)
+        sides, same = alternated_rounds(
+            lambda side, seed: one_side(engines[side], tok, args, seed), SIDES, args.rounds,
+            same=lambda a, b: _same(a["episodes"], b["episodes"]),
+            line=lambda x: f"{x['seconds']:.2f} s ({x['decoded_tokens']} tokens decoded)", warm_up=SIDES)
     finally:
         unregister_environment(ENV_NAME)
     load_after = os.getloadavg()
