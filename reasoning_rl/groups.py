@@ -167,8 +167,9 @@ def episode_fields(c: Completion) -> dict[str, Any]:
     """A multi-turn episode's parts for its ``completions.jsonl`` row (docs/tools.md); {} for a
     single-turn completion. ``turns``: role (``sampled`` / ``observation``), text, token span
     ``[start, end)`` in the completion's tokens, and for a turn the environment answered its tool
-    status and step reward, ``trained: false`` on a retry group's shared first turn; ``loss_mask_spans``: the ``[start, end)`` spans the loss trains on;
-    ``reward_scale``: the environment's factor on the reward."""
+    status and step reward, ``trained: false`` on a retry group's shared first turn;
+    ``loss_mask_spans``: the ``[start, end)`` spans the loss trains on; ``reward_scale``: the
+    environment's factor on the reward."""
     turns = getattr(c, "turns", None)
     if turns is None:
         return {}
@@ -181,7 +182,7 @@ def episode_fields(c: Completion) -> dict[str, Any]:
     return {"turns": [{"role": t.role, "text": t.text, "tokens": [t.start, t.end],
                        **({"tool": t.tool, "step_reward": t.reward} if t.tool != "none" or t.reward is not None
                           else {}),
-                       **({} if getattr(t, "trained", True) else {"trained": False})} for t in turns],
+                       **({} if t.trained else {"trained": False})} for t in turns],
             "loss_mask_spans": spans, "reward_scale": getattr(c, "reward_scale", 1.0)}
 
 

@@ -94,7 +94,6 @@ def cut_at_stop(ids: list[int], text: str, stops: list[str], tokenizer: Any) -> 
     return ids, text[:cut], True
 
 
-
 def stop_settled(text: str, stops: Sequence[str], lookahead: int = 0) -> bool:
     """True when :func:`cut_at_stop` cuts ``text`` at the same character as every longer text that begins
     with it, so a decode loop may finish the row now: the tokens it would still sample are cut off anyway.

@@ -279,8 +279,8 @@ class NativeEngine(HFEngine):
     the slowest row ends. The completions are the ones decoding on would give (the same tokens, text,
     log-probs and finish reasons, :func:`~reasoning_rl.rollout.cut_at_stop` still cuts each row): a
     finished row keeps taking its random draw every step (padding replaces its token), so the other
-    rows draw what they drew before; and a seeded call seeds each of its batches (:meth:`_seed_batch`),
-    so a batch that ends sooner changes no later batch. ``decode_steps`` and ``decoded_tokens`` count
+    rows draw what they drew before; and a seeded call with stop strings seeds each of its batches
+    (:meth:`_seed_batch`), so a batch that ends sooner changes no later batch. ``decode_steps`` and ``decoded_tokens`` count
     the work: forward steps after the prefill, and rows x positions sampled (filler included).
     Each drawn token's log-prob is read off the probabilities it was drawn from (a ``[B]`` gather
     and log per step; greedy: ``max z - logsumexp(z)``).
