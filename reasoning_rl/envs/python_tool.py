@@ -66,6 +66,13 @@ def truncate(text: str, max_chars: int) -> str:
     return text[:max_chars] + CUT_MARKER.format(n=len(text) - max_chars)
 
 
+def output_observation(output: str, max_output_chars: int) -> str:
+    """The observation after the stop marker for a program that wrote ``output`` (stdout then stderr):
+    a newline, the output without its trailing newlines, cut at ``max_output_chars`` (:func:`truncate`),
+    the closing fence and its newline."""
+    return "\n" + truncate(output.rstrip("\n"), max_output_chars) + "\n```\n"
+
+
 @register_environment("python_tool")
 class PythonTool(Environment):
     """Runs the last ```python block of each turn in the code sandbox; the observation is its output."""
@@ -96,7 +103,7 @@ class PythonTool(Environment):
         if code is None:  # the turn asked for output (stop marker) without a closed ```python block
             return StepResult(observation=f"\nno ```python block to run before {STOP}\n```\n", tool="error")
         output, status = self.run(code)
-        return StepResult(observation="\n" + truncate(output, self.max_output_chars) + "\n```\n", tool=status)
+        return StepResult(observation=output_observation(output, self.max_output_chars), tool=status)
 
     def observation_spans(self, text: str) -> list[tuple[int, int]]:
         """Each output block after its ```output marker: the newline, the output, the closing fence and its

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from reasoning_rl.envs.python_tool import STOP, truncate
+from reasoning_rl.envs.python_tool import STOP, output_observation
 from reasoning_rl.tasks.extractors import gsm8k_final
 
 log = logging.getLogger(__name__)
@@ -109,13 +109,6 @@ def matches(result: int | float, stated: str) -> bool:
     except ValueError:
         return False
     return math.isclose(result, number, rel_tol=1e-9, abs_tol=1e-9)
-
-
-def python_tool_observation(output: str, max_output_chars: int = 400) -> str:
-    """The observation ``python_tool`` appends after ```` ```output ```` for a program that printed
-    ``output`` (its stdout; the trailing newline is dropped): a newline, the output cut at
-    ``max_output_chars`` as the environment cuts it, the closing fence and its newline."""
-    return "\n" + truncate(output.rstrip("\n"), max_output_chars) + "\n```\n"
 
 
 def strip_annotations(line: str) -> str:
@@ -185,7 +178,7 @@ def tool_episode(answer: str, max_calls: int = 2, max_output_chars: int = 400) -
             printed.append(str(result))
         code = "".join(f"print({e})\n" for e in expressions)
         parts.append(f"```python\n{code}```\n{STOP}")
-        parts.append(python_tool_observation("\n".join(printed), max_output_chars))
+        parts.append(output_observation("\n".join(printed), max_output_chars))
         parts.extend(strip_annotations(line) + "\n" for line in group)
     parts.append(FINAL_LINE.format(answer=gsm8k_final(answer)))
     return "".join(parts)
