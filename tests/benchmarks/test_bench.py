@@ -29,6 +29,10 @@ def test_run_and_record_appends_and_prints_the_record_last(tmp_path, capsys):
     (record,) = read_records(path, bench="demo")
     assert record["figures"] == {"speed": 2.0} and record["args"] == {"argv": ["--flag"]}
     assert {"commit", "dirty", "date", "machine"} <= set(record)
+    import torch
+
+    # The kernel set the figures came from: float results differ between CPU capabilities.
+    assert record["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith(RESULT_PREFIX) and json.loads(last[len(RESULT_PREFIX):])["figures"] == {"speed": 2.0}
 

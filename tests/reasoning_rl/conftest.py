@@ -1,9 +1,20 @@
 """A tiny, fast training configuration for end-to-end tests."""
 
 import pytest
+import torch
 
 from reasoning_rl.config import TrainConfig
 from reasoning_rl.policy.loading import TinyModelConfig
+from reasoning_rl.policy.runtime_check import TOLERANCES
+from tests.conftest import assert_close_up_to_rounding, decoder_terms
+
+RUNTIME_CHECK = "policy/runtime_max_abs_diff"
+PROCESS_DIAGNOSTICS = ("time/", "throughput/", RUNTIME_CHECK)
+"""Logged values a resumed run may not repeat bit for bit, because each process measures them for itself rather
+than training on them: wall-clock timings and throughput, and the start-up runtime check
+(reasoning_rl.policy.runtime_check), which each process runs once on the weights it starts from: the
+uninterrupted run on the initial weights, the resumed one on checkpoint-2's. Its value is rounding
+(0.0 on one CPU kernel set, 4.8e-07 on another); the resume check holds it to its dtype's tolerance instead."""
 
 
 def tiny_config(steps: int = 4) -> TrainConfig:
@@ -47,7 +58,7 @@ def _train(cfg, run_dir):
 def resume_matches_uninterrupted_run():
     """``check(cfg, tmp_path)``: train 4 steps uninterrupted; train again, killed in step 3 (after
     the step-2 checkpoint), then resumed; the resumed run must log the same metrics, bit for bit
-    (timings aside). Returns the uninterrupted run's metrics for further checks."""
+    (PROCESS_DIAGNOSTICS aside). Returns the uninterrupted run's metrics for further checks."""
 
     def check(cfg, tmp_path):
         from reasoning_rl.checkpoint import list_checkpoints
@@ -80,11 +91,36 @@ def resume_matches_uninterrupted_run():
         assert [m["step"] for m in resumed] == [1, 2, 3, 4]
         for a, b in zip(full, resumed):
             for key, value in a.items():
-                if key.startswith(("time/", "throughput/")) or value is None:
+                if key.startswith(PROCESS_DIAGNOSTICS) or value is None:
                     continue
                 # Bit for bit: the resumed run computes on the same values at the same alignment
-                # (reasoning_rl.policy.loading.align_tensors), so nothing may differ, not even rounding.
+                # (reasoning_rl.policy.loading.align_tensors), so no training value may differ, not even rounding.
                 assert b[key] == value, (a["step"], key, value, b[key])
+            # The start-up runtime check passed in both processes, each on its own starting weights.
+            for m in (a, b):
+                if m.get(RUNTIME_CHECK) is not None:
+                    assert m[RUNTIME_CHECK] <= TOLERANCES[torch.float32], (m["step"], m[RUNTIME_CHECK])
         return full
 
     return check
+
+
+def assert_runs_train_alike(runs, cfg, model_config, keys=("reward/mean", "loss/total", "kl/mean", "entropy/mean",
+                                                            "grad/norm")):
+    """Two runs' metrics (lists of metrics.jsonl lines) that compute the same steps by another order of operations
+    (gradient checkpointing, another forward path) agree up to rounding (tests/conftest.py: rounding_atol).
+
+    Terms: a decoder's chain over rows of under 64 positions (the tiny task's prompts are at most 25 tokens), once
+    per step, the gradients summing over a micro-batch. Scale: these metrics are sums of log-prob-sized terms
+    (about log V for an untrained model), or differences of them (kl/mean, exactly 0 on one path and rounding on
+    the other); a metric larger than that is its own scale. ``keys=None``: every logged training value."""
+    import math
+
+    first, second = runs
+    assert len(first) == len(second)
+    terms = len(first) * decoder_terms(model_config, positions=64, rows=cfg.algo.micro_batch_size)
+    for x, y in zip(first, second):
+        assert x["step"] == y["step"]
+        for key in keys or [k for k, v in y.items() if v is not None and not k.startswith(PROCESS_DIAGNOSTICS)]:
+            assert_close_up_to_rounding(x[key], y[key], terms=terms, scale=max(abs(y[key]), math.log(model_config.vocab_size)),
+                                        msg=f"step {x['step']} {key}")

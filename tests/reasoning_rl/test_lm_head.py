@@ -14,6 +14,15 @@ from reasoning_rl.policy.lm_head import (
     sampling_support,
     token_logprobs,
 )
+from tests.conftest import assert_close_up_to_rounding
+
+pytestmark = pytest.mark.numerics
+
+
+def _terms(n, d, v):
+    """Terms along the longest chain (tests/conftest.py's rule): the logits' width d, the softmax over v,
+    then the gradient's sum over the n rows (dW) or the v logits (dh)."""
+    return d + v + max(n, v)
 
 
 def _reference(hidden, weight, bias, targets, temperature, top_k=0, top_p=1.0):
@@ -56,10 +65,11 @@ def test_values_entropy_and_gradients_equal_the_full_log_softmax(chunk, temperat
         hidden, weight, b, upstream)
     want, want_entropy, want_grads = _grads(lambda: _reference(hidden, weight, b, targets, temperature),
                                             hidden, weight, b, upstream)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(got_entropy, want_entropy, rtol=1e-5, atol=1e-6)
+    terms = _terms(7, 5, 11)
+    assert_close_up_to_rounding(got, want, terms=terms)
+    assert_close_up_to_rounding(got_entropy, want_entropy, terms=terms)
     for g, w in zip(got_grads, want_grads):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+        assert_close_up_to_rounding(g, w, terms=terms)
 
 
 def test_hand_worked_two_token_vocabulary():
@@ -69,13 +79,14 @@ def test_hand_worked_two_token_vocabulary():
     hidden = torch.ones(2, 1, requires_grad=True)
     weight = torch.tensor([[math.log(3.0)], [0.0]], requires_grad=True)
     logp, entropy = token_logprobs(hidden, weight, None, torch.tensor([0, 1]), chunk=1, with_entropy=True)
-    torch.testing.assert_close(logp, torch.tensor([math.log(0.75), math.log(0.25)]))
+    # Against the exact values: a two-logit softmax, then the gradients' sums over two rows (4 terms).
+    assert_close_up_to_rounding(logp, torch.tensor([math.log(0.75), math.log(0.25)]), terms=4)
     h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
-    torch.testing.assert_close(entropy, torch.tensor([h, h]))
+    assert_close_up_to_rounding(entropy, torch.tensor([h, h]), terms=4)
     logp.sum().backward()
-    torch.testing.assert_close(weight.grad, torch.tensor([[-0.5], [0.5]]))
+    assert_close_up_to_rounding(weight.grad, torch.tensor([[-0.5], [0.5]]), terms=4)
     # dlogp/dh = (onehot(y) - p) . W: target 0: (1/4) ln 3; target 1: -(3/4) ln 3.
-    torch.testing.assert_close(hidden.grad, torch.tensor([[0.25 * math.log(3.0)], [-0.75 * math.log(3.0)]]))
+    assert_close_up_to_rounding(hidden.grad, torch.tensor([[0.25 * math.log(3.0)], [-0.75 * math.log(3.0)]]), terms=4)
 
 
 @pytest.mark.parametrize(("top_k", "top_p"), [(4, 1.0), (0, 0.8), (5, 0.7)])
@@ -89,11 +100,12 @@ def test_sampling_support_renormalises_inside_each_chunk(top_k, top_p):
         hidden, weight, b, upstream)
     want, want_entropy, want_grads = _grads(lambda: _reference(hidden, weight, b, targets, 0.8, top_k, top_p),
                                             hidden, weight, b, upstream)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    # lse - sum p z against -sum p log p: the two formulas round apart by ~1e-6 of lse's scale.
-    torch.testing.assert_close(got_entropy, want_entropy, rtol=1e-5, atol=1e-5)
+    terms = _terms(9, 5, 13)
+    assert_close_up_to_rounding(got, want, terms=terms)
+    # lse - sum p z against -sum p log p: two formulas, each a sum over the v logits after the logits' d.
+    assert_close_up_to_rounding(got_entropy, want_entropy, terms=terms)
     for g, w in zip(got_grads, want_grads):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+        assert_close_up_to_rounding(g, w, terms=terms)
 
 
 def test_bfloat16_inputs_get_a_float32_logsumexp():
@@ -105,7 +117,9 @@ def test_bfloat16_inputs_get_a_float32_logsumexp():
     assert logp.dtype == torch.float32
     logits32 = torch.nn.functional.linear(h16, w16).float()  # the same bf16 products, then float32
     want = logits32.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
-    torch.testing.assert_close(logp, want.detach(), rtol=1e-6, atol=1e-6)
+    # The same bf16 logits on both sides; from them on float32: the logsumexp over v = 300 logits.
+    # (Rounded to bf16 instead, the log-probs would be off by about eps(bf16) * |logp| ~ 4e-2.)
+    assert_close_up_to_rounding(logp, want.detach(), terms=300, dtype=torch.float32)
     logp.sum().backward()
     assert h16.grad.dtype == torch.bfloat16 and w16.grad.dtype == torch.bfloat16
     assert torch.isfinite(w16.grad.float()).all()

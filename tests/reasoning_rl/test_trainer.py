@@ -52,6 +52,7 @@ def test_end_to_end_logs_checkpoints_and_reloads(small_cfg, tmp_path):
     assert (run / "reference" / "config.json").exists()
 
 
+@pytest.mark.numerics
 def test_resume_matches_uninterrupted_run(small_cfg, tmp_path, resume_matches_uninterrupted_run):
     resume_matches_uninterrupted_run(small_cfg, tmp_path)  # the assertions are in conftest.py
 

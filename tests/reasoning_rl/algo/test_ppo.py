@@ -153,6 +153,7 @@ def test_end_to_end_logs_checkpoints_and_reloads(small_cfg, tmp_path, critic, gr
     assert state > (2.5 if critic == "separate" else 1.9) * policy_bytes
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("critic", ["separate", "value_head"])
 def test_resume_matches_uninterrupted_run(small_cfg, tmp_path, critic, resume_matches_uninterrupted_run):
     cfg = _ppo_cfg(small_cfg, critic=critic, num_iterations=2)

@@ -10,6 +10,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from reasoning_rl.policy.lean import LeanDecoder
 from reasoning_rl.policy.lean.context_cache import CachedContext, ContextCache
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from tests.conftest import assert_close_up_to_rounding, decoder_terms
+
+pytestmark = pytest.mark.numerics
+POSITIONS = 64  # every context here: under 64 tokens
 
 
 def _model(arch: str, kv_heads: int):
@@ -67,13 +71,13 @@ def test_extend_gives_the_full_forward_of_each_rows_whole_sequence(arch, kv_head
         chosen = torch.stack(chosen, 1).tolist()  # [5, 2]
         for i, row in enumerate(rows):
             full = _full_logits(model, row + chosen[i])[len(row) - 1:]  # [3, V]
-            torch.testing.assert_close(lean[i], full, rtol=1e-5, atol=1e-5)
+            assert_close_up_to_rounding(lean[i], full, terms=decoder_terms(model.config, POSITIONS))
         # What the next call would take: the whole context and the run tokens, in order.
         again = second.context_kv(1, 1)
         assert again.shape[3] == len(rows[1]) + 1
         full_kv = LeanDecoder(model)
         full_kv.prefill(*_left_pad([rows[1] + chosen[1][:1]]), 1)
-        torch.testing.assert_close(again, full_kv.context_kv(0, 0), rtol=1e-5, atol=1e-5)
+        assert_close_up_to_rounding(again, full_kv.context_kv(0, 0), terms=decoder_terms(model.config, POSITIONS))
 
 
 def test_an_entry_is_used_only_for_a_context_it_is_a_proper_prefix_of():
