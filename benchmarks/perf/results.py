@@ -2,7 +2,7 @@
 
 Each line is one run: ``bench`` (its name), ``date`` (UTC, ISO 8601), ``commit`` (``git
 rev-parse HEAD`` of the checkout, ``dirty`` when it has uncommitted changes), ``machine``
-(CPU model, cores, OS, Python and torch versions, torch threads), ``args`` (the parsed
+(CPU model, cores, OS, Python and torch versions, torch threads, torch's CPU capability), ``args`` (the parsed
 command line) and ``figures`` (the numbers the benchmark printed). A line is written with a
 single ``write`` on a file opened for appending, under an exclusive ``flock``: two benchmarks
 finishing at once never interleave their lines, and a crash never leaves half a line behind
@@ -69,7 +69,10 @@ def machine_info() -> dict[str, Any]:
     with contextlib.suppress(ImportError):
         import torch
 
-        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads())
+        # The kernel set torch dispatches to (AVX512, AVX2, DEFAULT; ATEN_CPU_CAPABILITY forces a lower one):
+        # float results, and so training curves, differ between kernel sets (docs/performance.md).
+        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads(),
+                    cpu_capability=torch.backends.cpu.get_cpu_capability())
     return info
 
 

@@ -22,8 +22,10 @@ The start-up equality check that the decision computes what the modules compute 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+import torch
 
 from reasoning_rl.errors import UserError
 from reasoning_rl.policy.lean.support import lean_refusal
@@ -49,6 +51,10 @@ class RuntimeDecision:
     """What runs: hf (transformers' modules) or lean (reasoning_rl.policy.lean)."""
     reason: str
     """Why, in words: the model class, device and dtype lean runs on, or why it does not."""
+    cpu_capability: str = field(default_factory=lambda: torch.backends.cpu.get_cpu_capability())
+    """The CPU kernel set torch dispatches to (AVX512, AVX2, DEFAULT; ``ATEN_CPU_CAPABILITY`` forces a lower
+    one). Float results differ between kernel sets by rounding, and so can a whole run's figures:
+    ``summary.json``'s ``policy_runtime`` says which produced them."""
 
     def describe(self) -> str:
         """One line for the run header: ``auto -> lean: LlamaForCausalLM on CPU, float32``."""
