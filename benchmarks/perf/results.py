@@ -70,7 +70,7 @@ def machine_info() -> dict[str, Any]:
         import torch
 
         # The kernel set torch dispatches to (AVX512, AVX2, DEFAULT; ATEN_CPU_CAPABILITY forces a lower one):
-        # float results, and so training curves, differ between kernel sets (docs/performance.md).
+        # float results, and so training curves, differ between kernel sets (docs/numerics.md).
         info.update(torch=torch.__version__, torch_threads=torch.get_num_threads(),
                     cpu_capability=torch.backends.cpu.get_cpu_capability())
     return info

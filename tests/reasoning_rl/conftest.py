@@ -124,3 +124,27 @@ def assert_runs_train_alike(runs, cfg, model_config, keys=("reward/mean", "loss/
         for key in keys or [k for k, v in y.items() if v is not None and not k.startswith(PROCESS_DIAGNOSTICS)]:
             assert_close_up_to_rounding(x[key], y[key], terms=terms, scale=max(abs(y[key]), math.log(model_config.vocab_size)),
                                         msg=f"step {x['step']} {key}")
+
+
+def assert_logprobs_close(actual, expected, model_config, positions: int = 64, msg: str = ""):
+    """Two paths' per-token log-probs of the same tokens (a cache carried or recomputed, ids or text, another
+    attention shape) agree up to rounding (tests/conftest.py: rounding_atol). Terms: the decoder's chain over
+    rows of ``positions``. Scale: a log-prob is a logit minus a log-sum-exp over the vocabulary, terms of about
+    log V; the larger of that and the values themselves. NaN (a token no policy sampled: an observation) must
+    be NaN on both paths."""
+    import math
+
+    actual, expected = torch.as_tensor(actual, dtype=torch.float64), torch.as_tensor(expected, dtype=torch.float64)
+    assert actual.shape == expected.shape, msg
+    assert torch.equal(actual.isnan(), expected.isnan()), f"{msg}: NaN at other positions"
+    kept = ~expected.isnan()
+    scale = max(float(expected[kept].abs().max()) if kept.any() else 0.0, math.log(model_config.vocab_size))
+    assert_close_up_to_rounding(actual[kept], expected[kept], terms=decoder_terms(model_config, positions),
+                                dtype=torch.float32, scale=scale, msg=msg)
+
+
+def tiny_model_config(tiny: TinyModelConfig):
+    """The transformers config of the tiny model ``tiny`` describes (for :func:`decoder_terms`)."""
+    from reasoning_rl.policy.loading import build_tiny_model
+
+    return build_tiny_model(tiny)[0].config
