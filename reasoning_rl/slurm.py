@@ -24,6 +24,7 @@ The job's Slurm id is recorded in ``status.json`` by :func:`reasoning_rl.run_sta
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -131,7 +132,26 @@ def _terminate_once(signum: int, _frame: Any) -> None:
     SIGTERM would interrupt the recording of the first, so later ones are ignored (SIGKILL follows
     after the cluster's KillWait if the process does not end)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated(signum)
+    stop = Terminated(signum)
+    atexit.register(_tell_the_submitter, f"{type(stop).__name__}: {stop}")
+    raise stop
+
+
+def _tell_the_submitter(message: str) -> None:
+    """Leave submitit's result file saying why the job ended, so that the submitting process stops
+    waiting and reports it. Without this it learns a job's end from ``sacct`` only, which a cluster
+    without accounting (the local one) lacks: it would wait for ever. Runs at interpreter exit
+    (after the run's failure is recorded), before Slurm's SIGKILL."""
+    try:
+        from submitit import JobEnvironment
+        from submitit.core.utils import cloudpickle_dump, temporary_save_path
+
+        path = JobEnvironment().paths.result_pickle
+        if not path.exists():
+            with temporary_save_path(path) as tmp:  # written whole, then renamed, as submitit does
+                cloudpickle_dump(("error", message), tmp)
+    except Exception:  # best effort: the run's own record is already written
+        pass
 
 
 def _time_limit_handler(submitit_handler: Any) -> Any:
@@ -139,7 +159,8 @@ def _time_limit_handler(submitit_handler: Any) -> Any:
         try:
             submitit_handler(signum, frame)  # requeues (and exits) while max_num_timeout allows
         except Exception as exc:
-            raise TimeLimit(f"Slurm's time limit is near ({exc}); the newest checkpoint is kept: launch the same "
-                            "sweep again to resume from it, or raise hydra.launcher.timeout_min / "
-                            "max_num_timeout") from None
+            stop = TimeLimit(f"Slurm's time limit is near ({exc}); the newest checkpoint is kept: launch the same "
+                             "sweep again to resume from it, or raise hydra.launcher.timeout_min / max_num_timeout")
+            atexit.register(_tell_the_submitter, f"{type(stop).__name__}: {stop}")
+            raise stop from None
     return handler
