@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,15 @@ SLURM = [  # one CPU, no GPU, no memory request: what the local cluster (CPUs=2)
 ]
 NO_SLURM = ("no Slurm cluster: start one with `scripts/local_slurm.sh start` and export the SLURM_CONF it prints "
             "(.ci/slurm.sh does both)")
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _slurm_reachable() -> bool:
@@ -230,3 +240,26 @@ def test_the_warning_before_the_time_limit_stops_the_run_with_a_record(tmp_path)
     assert status["status"] == "failed" and status["stage"] in ("setup", "training"), status
     assert status["error"].startswith("TimeLimit: Slurm's time limit is near"), status
     assert "launch the same sweep again to resume" in status["error"]
+
+
+@pytest.mark.slurm
+@needs_slurm
+def test_the_multinode_template_runs_as_a_one_node_job(tmp_path):
+    # scripts/slurm/multinode.sbatch on the local cluster: one node, two processes (torchrun's c10d
+    # rendezvous at the allocation's first node), the tiny run through the CLI.
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHON": sys.executable, "NPROC_PER_NODE": "2", "RDZV_PORT": str(_free_port()),
+           "JOIN_TIMEOUT_S": "60"}
+    out = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=1", "--cpus-per-task=2", "--time=10",
+                          f"--chdir={REPO}", f"--output={tmp_path}/job.out", str(REPO / "scripts/slurm/multinode.sbatch"),
+                          *TINY, f"trainer.output_dir={run}"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert out.returncode == 0, out.stderr + log[-3000:]
+    job_id = out.stdout.strip().split(";")[0]
+    assert "1 node(s) x 2 process(es), rendezvous at " in log
+    status = _status(run)
+    assert status["status"] == "finished" and status["steps"] == 3 and status["slurm_job_id"] == job_id
+    ranks = {json.loads(line)["rank"] for line in (run / "completions.jsonl").read_text().splitlines()}
+    assert ranks == {0, 1}
+    assert _steps(run) == [1, 2, 3]
