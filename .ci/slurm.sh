@@ -24,4 +24,4 @@ export LOCAL_SLURM_DIR
 trap 'scripts/local_slurm.sh stop' EXIT
 scripts/local_slurm.sh start || exit 1
 export SLURM_CONF="$LOCAL_SLURM_DIR/slurm.conf"
-"$python" -m pytest -m slurm -q -p no:cacheprovider tests/reasoning_rl/test_slurm.py
+"$python" -m pytest -m slurm -q -s -p no:cacheprovider tests/reasoning_rl/test_slurm.py  # -s: the measured overhead per job

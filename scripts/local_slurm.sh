@@ -119,6 +119,8 @@ stop() {
   local d pid
   if pid_of slurmctld >/dev/null; then  # jobs first, so that no job outlives its cluster
     SLURM_CONF="$DIR/slurm.conf" scancel --full --user="$(id -un)" 2>/dev/null || true
+    wait_for 20 bash -c "[[ -z \"\$(SLURM_CONF='$DIR/slurm.conf' squeue -h 2>/dev/null)\" ]]" \
+      || echo "jobs still listed after 20 s; stopping the daemons anyway" >&2
   fi
   for d in "${DAEMONS[@]}"; do
     pid="$(pid_of "$d")" || continue
