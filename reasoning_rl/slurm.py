@@ -81,6 +81,11 @@ def _one_line(text: str) -> str:
 
 def preflight(launcher: dict[str, Any], timeout_s: float = SLURM_TIMEOUT_S) -> None:
     """Raise :class:`SlurmUnavailable` unless Slurm would accept a job with the launcher's request."""
+    conf_file = os.environ.get("SLURM_CONF")
+    if conf_file and not os.path.isfile(conf_file):  # sbatch would retry reading it for 60 s
+        raise SlurmUnavailable(
+            f"SLURM_CONF={conf_file} is not a file: point it at the cluster's slurm.conf (scripts/local_slurm.sh "
+            "start prints the line for a local cluster), or unset it to use the default")
     if shutil.which("sbatch") is None:
         raise SlurmUnavailable(
             "hydra/launcher=slurm needs Slurm's sbatch, which is not on PATH here: run the sweep on the "

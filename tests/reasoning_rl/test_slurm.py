@@ -120,6 +120,18 @@ def test_no_slurm_is_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "sweep" / ".submitit").exists()
 
 
+def test_a_slurm_conf_that_is_not_there_is_one_line_and_exit_2(tmp_path):
+    missing = tmp_path / "gone" / "slurm.conf"  # a stopped local cluster's, say
+    env = {**os.environ, "SLURM_CONF": str(missing)}
+    t0 = time.monotonic()
+    out = _sweep(tmp_path / "sweep", *SLURM, "algo.beta=0,0.04", env=env)
+    assert out.returncode == 2 and time.monotonic() - t0 < 60  # sbatch alone would retry for 60 s
+    assert out.stderr.strip().splitlines() == [
+        f"reasoning-rl-train: SLURM_CONF={missing} is not a file: point it at the cluster's slurm.conf "
+        "(scripts/local_slurm.sh start prints the line for a local cluster), or unset it to use the default"]
+    assert not (tmp_path / "sweep" / ".submitit").exists()
+
+
 def test_the_preflight_asks_for_what_the_launcher_submits():
     launcher = {"partition": "gpu", "account": None, "timeout_min": 240, "nodes": 1, "tasks_per_node": 1,
                 "gpus_per_task": 1, "cpus_per_task": 8, "mem_gb": 64, "array_parallelism": 16}
