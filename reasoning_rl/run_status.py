@@ -3,6 +3,7 @@ reported without guessing.
 
     {"status": "finished", "started": "...", "ended": "...", "wall_s": 412.3, "steps": 600, ...}
 
+Each record names the host and process, and the Slurm job when there is one (``slurm_job_id``).
 The CLI writes ``running`` before training, then ``finished`` (with the summary's headline
 numbers) or ``failed`` (with the error, its traceback and the ``stage`` it stopped in:
 ``validation`` for a sweep's run refused by its settings, ``setup`` for loading data and
@@ -48,9 +49,17 @@ def write_status(run_dir: str | Path, status: str, **fields: Any) -> dict[str, A
     previous = read_status(run_dir) or {}
     now = time.strftime("%Y-%m-%dT%H:%M:%S")
     record = {"status": status, "started": previous.get("started", now) if status != "running" else now,
-              "updated": now, "host": socket.gethostname(), "pid": os.getpid(), **fields}
+              "updated": now, "host": socket.gethostname(), "pid": os.getpid(), **scheduler_fields(), **fields}
     atomic_write_text(Path(run_dir) / STATUS_FILE, json.dumps(record, indent=2, default=str))
     return record
+
+
+def scheduler_fields() -> dict[str, str]:
+    """The Slurm job this process runs in, as ``scancel`` and ``sacct`` name it (``<array id>_<task>``
+    for a sweep's array job, else ``SLURM_JOB_ID``); nothing outside Slurm."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    job = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
+    return {"slurm_job_id": job} if job else {}
 
 
 def record_failure(run_dir: str | Path, exc: BaseException, **fields: Any) -> bool:
@@ -67,7 +76,7 @@ def record_failure(run_dir: str | Path, exc: BaseException, **fields: Any) -> bo
         path = Path(run_dir) / STATUS_FILE
         previous = read_status(run_dir) or {}
         short = {"status": "failed", "started": previous.get("started"), "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                 "pid": os.getpid(), **fields, "error": failure_fields(exc)["error"][:1000],
+                 "pid": os.getpid(), **scheduler_fields(), **fields, "error": failure_fields(exc)["error"][:1000],
                  "note": f"recorded in place: {first}"}
         try:
             with open(path, "r+", encoding="utf-8") as f:

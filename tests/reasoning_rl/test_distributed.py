@@ -52,10 +52,32 @@ def _spawn(world: int, args: list[str]) -> subprocess.Popen:
         torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not on PATH")
         cmd = [torchrun, "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
                "--master_port", str(_free_port()), *args]
+    return subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _env() -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     env.pop("WORLD_SIZE", None)
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return env
+
+
+def _node(endpoint: str, args: list[str], *rdzv_conf: str) -> subprocess.Popen:
+    """One "node" of a two-node launch: ``python -m reasoning_rl.torchrun --nnodes=2 --nproc_per_node=1``
+    with the c10d rendezvous at ``endpoint`` (two of these on this host stand in for two machines)."""
+    cmd = [sys.executable, "-m", "reasoning_rl.torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+           f"--rdzv_endpoint={endpoint}", "--rdzv_id=two-nodes",
+           *([f"--rdzv_conf={','.join(rdzv_conf)}"] if rdzv_conf else []), *args]
+    return subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _two_nodes(out: Path, run: Path, steps: int, *flags: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    endpoint = f"127.0.0.1:{_free_port()}"
+    nodes = [_node(endpoint, [str(WORKER), str(out), str(run), str(steps), *flags]) for _ in range(2)]
+    for proc in nodes:
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, (stdout + stderr)[-4000:]
 
 
 def _wait(proc: subprocess.Popen) -> None:
@@ -192,6 +214,55 @@ def test_fsdp_two_gloo_ranks_give_the_single_process_update_checkpoint_whole_and
     for i, moments in single_state.items():
         for key in ("exp_avg", "exp_avg_sq", "step"):
             assert_close_up_to_rounding(sharded_state[i][key], moments[key], terms=_terms(), msg=f"{i} {key}")
+
+
+# -- two nodes: torchrun --nnodes=2 twice on this host (tests selected by -k two_nodes) --------------
+
+@pytest.mark.numerics
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [(), ("fsdp",)], ids=["replicated", "fsdp"])
+def test_two_nodes_give_the_single_process_update(tmp_path, single_run, flags):
+    """Two launches of ``torchrun --nnodes=2 --nproc_per_node=1`` meeting at a c10d rendezvous on
+    127.0.0.1 (what two machines of a Slurm allocation run, scripts/slurm/multinode.sbatch): rank 0
+    and rank 1 are in different launches, and the update is still the single process's, to the
+    same tolerance as the two-rank tests: the gradient applied at each of the 3 steps, the final
+    weights, the global metrics; rank 0 alone writes checkpoints."""
+    _two_nodes(tmp_path / "out", tmp_path / "run", 3, *flags)
+    one = single_run.result()
+    two = [torch.load(tmp_path / "out" / f"rank{r}.pt") for r in (0, 1)]
+    assert two[0]["world_size"] == 2
+    if flags:
+        assert two[0]["sharded"] == [True, True]
+    for step, (g2, g1) in enumerate(zip(two[0]["grads"], one["grads"], strict=True), start=1):
+        assert g1.abs().max() > 0, step
+        assert_close_up_to_rounding(g2, g1, terms=_terms(), msg=f"step {step}")
+    assert_close_up_to_rounding(two[0]["params"], one["params"], terms=_terms())
+    assert torch.equal(two[0]["params"], two[1]["params"])
+    _assert_same_global_metrics(single_run.run, tmp_path / "run")
+    assert two[0]["writes"] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"] and two[1]["writes"] == []
+
+
+def test_two_nodes_a_node_that_never_joins_fails_within_the_rendezvous_timeout_in_one_line(tmp_path):
+    endpoint = f"127.0.0.1:{_free_port()}"
+    alone = _node(endpoint, [str(WORKER), str(tmp_path / "out"), str(tmp_path / "run"), "1"], "join_timeout=5")
+    _, stderr = alone.communicate(timeout=120)
+    assert alone.returncode == 2
+    assert stderr.strip().splitlines() == [
+        f"reasoning_rl.torchrun: the rendezvous at {endpoint} timed out after 5 s: --nnodes=2 nodes were expected "
+        "and fewer joined; start the same command on every node (srun with one task per node does) or lower --nnodes"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_two_nodes_an_endpoint_that_cannot_be_reached_is_named_in_one_line(tmp_path):
+    # The second node's view when the first is not up: nothing listens at the endpoint.
+    endpoint = f"127.0.0.1:{_free_port()}"
+    node = _node(endpoint, [str(WORKER), str(tmp_path / "out"), str(tmp_path / "run"), "1"],
+                 "is_host=false", "read_timeout=2")
+    _, stderr = node.communicate(timeout=120)
+    assert node.returncode == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"reasoning_rl.torchrun: cannot reach the rendezvous endpoint {endpoint} within 2 s ("), stderr
 
 
 # -- the pure parts ---------------------------------------------------------------------------------
