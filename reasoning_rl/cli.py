@@ -38,6 +38,7 @@ from reasoning_rl.entry_points import (
 )
 from reasoning_rl.errors import StorageError, UserError
 from reasoning_rl.retention import retention_rows
+from reasoning_rl.reward_guard import describe_not_scored
 from reasoning_rl.run_status import (
     config_differences,
     read_status,
@@ -93,11 +94,20 @@ def format_eval_table(summary: dict) -> str:
         f"| held-out accuracy | before {label} | after {label} | change |",
         "|---|---|---|---|",
     ]
-    for key, label in (("greedy_accuracy", "greedy"), ("sampled_accuracy", f"sampled (n={after['samples_per_problem']})")):
-        lines.append(f"| {label} | {before[key]:.1%} | {after[key]:.1%} | {after[key] - before[key]:+.1%} |")
+    for run, key, label in (("greedy", "greedy_accuracy", "greedy"),
+                            ("sampled", "sampled_accuracy", f"sampled (n={after['samples_per_problem']})")):
+        lines.append(f"| {label} | {_cell(before, run, key)} | {_cell(after, run, key)} | "
+                     f"{after[key] - before[key]:+.1%} |")
     lines += retention_rows(before, after)  # a second task's accuracy (evaluation.retention)
     lines.append(f"({after['num_problems']} problems never seen in training)")
     return "\n".join(lines)
+
+
+def _cell(result: dict, run: str, key: str) -> str:
+    """``12.5%``, or ``12.5% (not scored: error=3)`` when the verifier left samples of that run unscored."""
+    prefix = f"not_scored/{run}/"
+    failed = describe_not_scored({k[len(prefix):]: int(v) for k, v in result.items() if k.startswith(prefix)})
+    return f"{result[key]:.1%}" + (f" (not scored: {failed})" if failed else "")
 
 
 class RunFolderConflict(UserError, RuntimeError):

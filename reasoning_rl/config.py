@@ -126,6 +126,12 @@ class TrainerConfig:
     training state does not fit one device. Same update as one process; checkpoints are ordinary
     save_pretrained folders. The grpo module only, hf/native rollouts (docs/scaling.md). No effect
     in a single process."""
+    max_failed_reward_share: float = 0.5
+    """The run stops (exit code 2, status failed) when more than this share of a verifier's items fail
+    (error, timeout) over failed_reward_window training steps, or in a held-out evaluation or
+    warm-start probe; a batch where every item fails stops it at once (reasoning_rl.reward_guard)."""
+    failed_reward_window: int = 10
+    """Training steps the failed share of max_failed_reward_share is measured over."""
     precision: str = "fp32"
     """Compute precision of the training forward: fp32, bf16 (autocast) or fp16 (autocast + loss
     scaling); master weights and optimiser states stay float32 (reasoning_rl.policy.precision, docs/lora.md)."""

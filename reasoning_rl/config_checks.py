@@ -113,6 +113,8 @@ TRAIN_RANGES: dict[str, Range] = {
     "trainer.save_every": AT_LEAST_0,
     "trainer.keep_checkpoints": AT_LEAST_1,
     "trainer.num_threads": AT_LEAST_1,
+    "trainer.max_failed_reward_share": FRACTION,
+    "trainer.failed_reward_window": AT_LEAST_1,
     # warmstart
     "warmstart.max_steps": AT_LEAST_0,
     "warmstart.batch_size": AT_LEAST_1,

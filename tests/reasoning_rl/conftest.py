@@ -124,3 +124,33 @@ def assert_runs_train_alike(runs, cfg, model_config, keys=("reward/mean", "loss/
         for key in keys or [k for k, v in y.items() if v is not None and not k.startswith(PROCESS_DIAGNOSTICS)]:
             assert_close_up_to_rounding(x[key], y[key], terms=terms, scale=max(abs(y[key]), math.log(model_config.vocab_size)),
                                         msg=f"step {x['step']} {key}")
+
+
+PLUGIN_VERIFIERS = '''
+import time
+
+
+def exact_int(completion, reference, **fields):
+    raise ValueError("exact_int cannot parse " + repr(completion[:10]))
+
+
+def hangs(completion, reference, **fields):
+    time.sleep(600)
+    return 0.0
+'''
+"""A user's verifier plugin module: ``exact_int`` raises on every call, ``hangs`` never returns."""
+
+
+def install_verifier_plugin(folder) -> dict[str, str]:
+    """Write a verifier plugin package into ``folder`` as pip would (its module and a ``.dist-info`` with the
+    ``reasoning_rl.verifiers`` entry points ``exact_int`` and ``hangs``); the environment that finds it."""
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "user_verifiers.py").write_text(PLUGIN_VERIFIERS)
+    info = folder / "user_verifiers-0.1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: user-verifiers\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[reasoning_rl.verifiers]\nexact_int = user_verifiers:exact_int\n"
+                                           "hangs = user_verifiers:hangs\n")
+    return {"PYTHONPATH": os.pathsep.join([str(folder), *filter(None, [os.environ.get("PYTHONPATH")])])}

@@ -116,7 +116,7 @@ def test_unknown_keys_name_the_closest_known_one_and_free_form_groups_are_left_a
     }
     problems = key_problems(values)
     assert problems[0] == "unknown key algo.lamda (did you mean algo.lam?)"
-    assert problems[1].startswith("unknown key trainer.foo (trainer has: fsdp, keep_checkpoints, ")
+    assert problems[1].startswith("unknown key trainer.foo (trainer has: failed_reward_window, fsdp, keep_checkpoints, ")
     assert problems[2] == "unknown key task.rewards[0].wieght (did you mean task.rewards[0].weight?)"
     assert len(problems) == 3
 
