@@ -15,10 +15,11 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from reasoning_rl import cli
-from reasoning_rl.cli import RunFolderConflict, prepare_run_folder, run_training, to_train_config
+from reasoning_rl.cli import run_training, to_train_config
 from reasoning_rl.config import register_configs
 from reasoning_rl.entry_points import as_user_error
 from reasoning_rl.errors import DEBUG_ENV
+from reasoning_rl.run_folder import RunFolderConflict, prepare_run_folder
 from tests.reasoning_rl.conftest import install_verifier_plugin
 
 PROG = "reasoning-rl-train: "
