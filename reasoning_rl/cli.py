@@ -43,6 +43,7 @@ from reasoning_rl.run_folder import (  # noqa: F401 -- RunFolderConflict, prepar
     RunFolderLock,
     holds_a_run,
     prepare_run_folder,
+    set_aside,
 )
 from reasoning_rl.run_status import (
     read_status,
@@ -233,6 +234,8 @@ def _run_in_folder(cfg: DictConfig, resolved: dict, train_cfg: TrainConfig, run_
             lock.acquire()
         finished = prepare_run_folder(run_dir, resolved, train_cfg)
         distributed.barrier()  # every rank has read the folder before rank 0 writes into it
+        if main and not finished and not train_cfg.trainer.resume:
+            set_aside(run_dir)  # starting over where a run was: its files are moved aside, never overwritten
         if finished:
             summary = json.loads((run_dir / "summary.json").read_text())
             if main:
@@ -330,7 +333,7 @@ class Terminated(BaseException):
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"terminated by {signal.Signals(signum).name}; the last checkpoint is intact: "
-                         "resume with trainer.resume=true")
+                         "run the same command again to resume")
         self.signum = signum
 
 

@@ -103,8 +103,11 @@ class TrainerConfig:
     """Checkpoint every N steps (and always at the end); 0 = only at the end."""
     keep_checkpoints: int | None = 3
     """Keep the N newest checkpoints (null = all)."""
-    resume: bool = False
-    """Continue from the newest complete checkpoint in output_dir."""
+    resume: bool | None = None
+    """Continue from the newest complete checkpoint in output_dir. null (default): resume an incomplete
+    run with the same settings found there, saying so; true: resume (a warning when there is nothing
+    to resume); false: start over, the earlier run's files moved to output_dir/.replaced/<time>/
+    (reasoning_rl.run_folder, docs/sweeps.md)."""
     log_completions: bool = True
     """Write every completion with its reward and advantage to completions.jsonl."""
     tensorboard: bool = True

@@ -7,7 +7,11 @@ logging every step twice into the same ``metrics.jsonl``. The kernel releases th
 exits however it ends (``kill -9`` included), so a stale ``.run.lock`` never blocks the next command;
 the file itself stays (removing it would let two processes lock two different files of that name).
 
-Existing runs (:func:`prepare_run_folder`): see its docstring and docs/sweeps.md.
+Existing runs. A folder holding an incomplete run with the same settings resumes it by default
+(``trainer.resume=null``), as a relaunched sweep does; a killed run's command run again never starts
+from step 1 over its checkpoints and logs. Starting over takes ``trainer.resume=false`` (or another
+folder), and even then the earlier files are moved aside, not overwritten (:func:`prepare_run_folder`,
+:func:`set_aside`; docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -18,13 +22,13 @@ import fcntl
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
 
 from reasoning_rl.checkpoint import latest_checkpoint
-from reasoning_rl.entry_points import is_multirun
 from reasoning_rl.errors import UserError
 from reasoning_rl.run_status import config_differences, read_status
 
@@ -34,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".run.lock"
+REPLACED = ".replaced"
+"""Where :func:`set_aside` keeps the files of a run that a new one replaced (``trainer.resume=false``)."""
 
 
 class RunFolderBusy(UserError, RuntimeError):
@@ -87,26 +93,71 @@ class RunFolderLock:
 
 
 def prepare_run_folder(run_dir: Path, resolved: dict, train_cfg: TrainConfig) -> bool:
-    """Decide what to do with an existing run folder; True when its run is already finished.
+    """Decide what to do with an existing run folder (reading it only); True when its run is already
+    finished (it is skipped). ``trainer.resume`` is set to what the run does:
 
-    Same settings: a finished run is skipped, an incomplete one resumes from its newest
-    checkpoint (in a sweep, or with trainer.resume=true). Other settings: refused, so two
-    experiments never mix in one folder; a run that failed before training began (bad
-    settings, missing data) holds nothing to mix with (:func:`holds_a_run`), so the
-    corrected command may use its folder."""
+    ===================================  =========================================================
+    the folder holds                      the run
+    ===================================  =========================================================
+    nothing (or a run that failed         starts (trainer.resume=true with no checkpoint: a warning)
+    before its first step, no checkpoint)
+    a finished run, same settings         is skipped
+    an incomplete run, same settings      resumes from its newest checkpoint (null, the default, says
+                                          so in one line; true); with no checkpoint, or with
+                                          trainer.resume=false, starts over: :func:`set_aside`
+                                          first moves the earlier files to ``.replaced/<time>/``
+    a run with other settings             is refused (:class:`RunFolderConflict`), unless
+                                          trainer.resume=false: starts over, as above
+    ===================================  =========================================================
+
+    A run that failed before training began (bad settings, missing data) holds nothing to mix with
+    (:func:`holds_a_run`), so the corrected command may use its folder."""
     old_config = run_dir / "config.yaml"
     status = read_status(run_dir)
-    if old_config.exists() and holds_a_run(run_dir, status):
+    held = holds_a_run(run_dir, status)
+    resume = train_cfg.trainer.resume
+    if held and old_config.exists() and resume is not False:
         differ = config_differences(yaml.safe_load(old_config.read_text()) or {}, resolved)
         if differ:
             raise RunFolderConflict(
-                f"{run_dir} already holds a run with other settings (they differ at {', '.join(differ[:6])}). "
-                "Choose another trainer.output_dir or hydra.sweep.dir, or delete that folder.")
+                f"{run_dir} already holds a run with other settings (they differ at {', '.join(differ[:6])}): "
+                f"choose another trainer.output_dir (or hydra.sweep.dir), or start over there with "
+                f"trainer.resume=false (the earlier run's files are moved to {run_dir / REPLACED}/<time>/)")
     if status is not None and status.get("status") == "finished":
         return True
-    if latest_checkpoint(run_dir) is not None and is_multirun():
-        train_cfg.trainer.resume = True
+    checkpoint = latest_checkpoint(run_dir) if held else None
+    if resume is None:
+        train_cfg.trainer.resume = checkpoint is not None
+        if checkpoint is not None:
+            log.info("%s holds an incomplete run with the same settings: resuming it from %s (trainer.resume=false "
+                     "starts it over instead, keeping its files in %s/<time>/)", run_dir, checkpoint.name,
+                     run_dir / REPLACED)
+    elif resume and held and checkpoint is None:
+        log.warning("trainer.resume=true but %s holds no checkpoint to resume from: starting over", run_dir)
+        train_cfg.trainer.resume = False  # so the earlier attempt's files are set aside, not overwritten
     return False
+
+
+def set_aside(run_dir: Path) -> Path | None:
+    """Before a run starts over in ``run_dir``: move the files of the run it holds (:func:`holds_a_run`)
+    to ``run_dir/.replaced/<time>/`` and say so; None when it holds none. Left in place: the lock,
+    earlier ``.replaced`` runs, and Hydra's ``.hydra/`` and ``*.log`` of this very command (a sweep's
+    run folder is its Hydra output folder)."""
+    status = read_status(run_dir)
+    if not holds_a_run(run_dir, status):
+        return None
+    dest = run_dir / REPLACED / time.strftime("%Y-%m-%d_%H-%M-%S")
+    while dest.exists():
+        dest = dest.with_name(dest.name + "+")
+    dest.mkdir(parents=True)
+    moved = [p for p in sorted(run_dir.iterdir())
+             if p.name not in (LOCK_FILE, REPLACED, ".hydra") and not p.name.endswith(".log")]
+    for path in moved:
+        path.rename(dest / path.name)
+    steps = len((dest / "metrics.jsonl").read_text().splitlines()) if (dest / "metrics.jsonl").exists() else 0
+    log.warning("%s held an earlier run (%s, %d logged steps): starting over; its files (%s) are moved to %s",
+                run_dir, (status or {}).get("status", "no status"), steps, ", ".join(p.name for p in moved), dest)
+    return dest
 
 
 def holds_a_run(run_dir: Path, status: dict | None) -> bool:

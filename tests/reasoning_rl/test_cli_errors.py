@@ -229,7 +229,7 @@ def test_sigterm_mid_training_records_failed_with_its_stage_and_exits_143(tmp_pa
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == (PROG + "terminated by SIGTERM; the last checkpoint is intact: "
-                                            "resume with trainer.resume=true")
+                                            "run the same command again to resume")
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "failed" and status["stage"] == "training"
     assert "terminated by SIGTERM" in status["error"]
