@@ -23,13 +23,17 @@ from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.config_checks import (
     TRAIN_RANGES,
     ConfigError,
+    choice_problems,
     mentions,
     problems_message,
     range_problems,
+    unknown_choice,
     unknown_keys,
 )
+from reasoning_rl.config_choices import TRAIN_CHOICES
 from reasoning_rl.errors import UserError
 from reasoning_rl.inject import InjectConfig
+from reasoning_rl.policy.lm_head import resolve_chunk
 from reasoning_rl.policy.loading import TINY, ModelConfig
 from reasoning_rl.policy.lora import lora_problems
 from reasoning_rl.policy.precision import precision_problems
@@ -240,7 +244,7 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"algo.name={cfg.algo.name!r} needs its settings as {entry.config_class.__name__}, got "
                          f"{type(cfg.algo).__name__}; compose it with algo={cfg.algo.name} or build it with "
                          f"{entry.config_class.__module__}.{entry.config_class.__name__}")
-    problems = range_problems(cfg, TRAIN_RANGES)
+    problems = range_problems(cfg, TRAIN_RANGES) + choice_problems(cfg, TRAIN_CHOICES) + name_problems(cfg)
     if cfg.model.runtime not in RUNTIME_SETTINGS:
         problems.append(f"model.runtime={cfg.model.runtime!r} is unknown; choose one of {', '.join(RUNTIME_SETTINGS)}")
     # The algorithm's checks, less those about a key already reported out of range.
@@ -270,6 +274,27 @@ def validate(cfg: TrainConfig) -> None:
         problems.append(problem)
     if problems:
         raise ConfigError(problems_message(problems))
+
+
+def name_problems(cfg: TrainConfig) -> list[str]:
+    """Names looked up in a registry where they are used (the reward's and the audit's verifiers, the
+    environment) and ``model.lm_head_chunk``, checked here with the other settings instead."""
+    import rewards
+    from reasoning_rl.envs.registry import list_environments
+    from reasoning_rl.tasks.task import reward_specs
+
+    out = []
+    verifiers = rewards.list_verifiers()
+    named = [(f"task.rewards[{i}].name", s.name) for i, s in enumerate(reward_specs(cfg.task.rewards))]
+    named += [("task.audit.verifier", cfg.task.audit.verifier)] if cfg.task.audit.verifier is not None else []
+    out += [unknown_choice(key, name, verifiers) for key, name in named if name not in verifiers]
+    if cfg.task.env is not None and cfg.task.env not in (envs := list_environments()):
+        out.append(unknown_choice("task.env", cfg.task.env, envs))
+    try:
+        resolve_chunk(cfg.model.lm_head_chunk, 0)
+    except UserError as exc:
+        out.append(str(exc))
+    return out
 
 
 def fsdp_problems(cfg: TrainConfig) -> list[str]:
