@@ -94,7 +94,6 @@ class Trainer:
         seed_everything(cfg.trainer.seed)
         self.task = Task(cfg.task)
         self.reward = self.task.reward()
-        self.reward_guard = RewardGuard.of(cfg.trainer)  # stops the run on a verifier that fails too often
         self.pool = WorkerPool(cfg.rollout.reward_workers)
         self.sampling = SamplingConfig(
             temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
@@ -153,7 +152,7 @@ class Trainer:
         self.context = RunContext(
             cfg=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, device=self.device,
             engine=rollout_engine, sampling=self.sampling, reward=trainer_reward(self.reward, rollout_engine),
-            pool=self.pool, reward_guard=self.reward_guard,
+            pool=self.pool, reward_guard=RewardGuard.of(cfg.trainer),  # stops the run on a broken verifier
             train_examples=self.train_examples, sampler=self.sampler, resumed=self.resume_from is not None,
         )
         self.algorithm: Algorithm = entry.algorithm(self.context)
@@ -176,7 +175,7 @@ class Trainer:
         result = supervised_warm_start(
             self.model, self.tokenizer, probe_engine, self.train_examples, w, self.reward, self.sampling,
             seed=self.cfg.trainer.seed, timeout=self.cfg.rollout.reward_timeout, pool=self.pool,
-            env=self.cfg.task.env, env_options=self.cfg.task.episode.options, guard=self.reward_guard,
+            env=self.cfg.task.env, env_options=self.cfg.task.episode.options, guard=self.context.reward_guard,
         )
         log.info("[warm start] stopped after %d steps at probe accuracy %.3f", result.steps, result.probe_accuracy)
         return {"steps": result.steps, "probe_accuracy": result.probe_accuracy, "history": result.history}
@@ -412,7 +411,7 @@ class Trainer:
                 return {}
             result = evaluate_heldout(self.engine, self.eval_examples, self.reward, self.sampling,
                                       self.cfg.evaluation.samples_per_problem, seed=self.cfg.trainer.seed,
-                                      timeout=self.cfg.rollout.reward_timeout, pool=self.pool, guard=self.reward_guard)
+                                      timeout=self.cfg.rollout.reward_timeout, pool=self.pool, guard=self.context.reward_guard)
             retained = self.retention.evaluate(self.engine, seed=self.cfg.trainer.seed, pool=self.pool)
             set_training(self.model, True)
             distributed.barrier()
