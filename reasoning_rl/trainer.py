@@ -412,7 +412,8 @@ class Trainer:
             result = evaluate_heldout(self.engine, self.eval_examples, self.reward, self.sampling,
                                       self.cfg.evaluation.samples_per_problem, seed=self.cfg.trainer.seed,
                                       timeout=self.cfg.rollout.reward_timeout, pool=self.pool, guard=self.context.reward_guard)
-            retained = self.retention.evaluate(self.engine, seed=self.cfg.trainer.seed, pool=self.pool)
+            retained = self.retention.evaluate(self.engine, seed=self.cfg.trainer.seed, pool=self.pool,
+                                               guard=self.context.reward_guard)
             set_training(self.model, True)
             distributed.barrier()
         return {**result.as_dict(), **retained}
