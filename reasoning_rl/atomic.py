@@ -4,15 +4,48 @@ A file is written to a unique temporary name in the same folder, flushed to disk
 ``os.replace``-d onto its name (atomic on POSIX); a folder is filled under a temporary
 name and renamed into place. The one implementation, used by checkpoints, run
 summaries and evaluation results alike.
+
+A write the file system refuses for want of space is reported as a full disk naming the path
+(:func:`full_disk_error`, a :class:`~reasoning_rl.errors.StorageError`: one line, exit code 2),
+however the library that was writing phrases it (``OSError`` ENOSPC, safetensors' "No space left
+on device (os error 28)", torch's "unexpected pos 3536576 vs 3536464" / "file write failed"). The
+free space is measured before the unfinished temporary file or folder is removed, while the disk
+is still as full as the write found it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from reasoning_rl.errors import StorageError, UserError
+
+SHORT_WRITE = ("no space left", "disk quota", "unexpected pos", "file write failed")
+"""How writers say that the file system took less than they wrote (lower case): the OS's ENOSPC and
+EDQUOT texts, and torch's zip writer (``PytorchStreamWriter``), which reports a short write only as
+"unexpected pos A vs B" or "file write failed"."""
+
+
+def full_disk_error(path: str | Path, exc: BaseException) -> StorageError | None:
+    """A :class:`StorageError` naming ``path`` and its disk's free space when ``exc`` is a write the
+    file system refused for space (ENOSPC, EDQUOT or a text of :data:`SHORT_WRITE`); None otherwise
+    (any other error, or one already worded for the user)."""
+    if not isinstance(exc, Exception) or isinstance(exc, UserError):
+        return None
+    by_errno = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if not by_errno and not any(text in str(exc).lower() for text in SHORT_WRITE):
+        return None
+    try:
+        free = f"{shutil.disk_usage(Path(path).parent).free} bytes free there"
+    except OSError:
+        free = "free space unknown"
+    said = " ".join(str(exc).split())[:160]
+    return StorageError(f"cannot write {path}: its disk is full ({free}; the write failed with {type(exc).__name__}: "
+                        f"{said}); free some space there or write elsewhere")
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -27,8 +60,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the mode open() would
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
+        full = full_disk_error(path, exc)  # measured before the partial file is removed
         Path(tmp).unlink(missing_ok=True)
+        if full is not None:
+            raise full from exc
         raise
 
 
@@ -74,8 +110,11 @@ def atomic_directory_write(final: str | Path, write: Callable[[Path], None]) -> 
         except BaseException:
             os.replace(old, final)
             raise
-    except BaseException:
+    except BaseException as exc:
+        full = full_disk_error(final, exc)  # measured before the unfinished folder is removed
         shutil.rmtree(tmp, ignore_errors=True)
+        if full is not None:
+            raise full from exc
         raise
     shutil.rmtree(old)
     return final

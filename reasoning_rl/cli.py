@@ -26,7 +26,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from reasoning_rl import distributed
 from reasoning_rl.atomic import atomic_write_text
-from reasoning_rl.checkpoint import latest_checkpoint
 from reasoning_rl.config import ConfigError, TrainConfig, key_problems, register_configs, validate
 from reasoning_rl.config_checks import unknown_keys_error
 from reasoning_rl.entry_points import (
@@ -38,8 +37,15 @@ from reasoning_rl.entry_points import (
 )
 from reasoning_rl.errors import StorageError, UserError
 from reasoning_rl.retention import retention_rows
+from reasoning_rl.reward_guard import describe_not_scored
+from reasoning_rl.run_folder import (  # noqa: F401 -- RunFolderConflict, prepare_run_folder: importable from here too
+    RunFolderConflict,
+    RunFolderLock,
+    holds_a_run,
+    prepare_run_folder,
+    set_aside,
+)
 from reasoning_rl.run_status import (
-    config_differences,
     read_status,
     record_failure,
     write_status,
@@ -93,15 +99,20 @@ def format_eval_table(summary: dict) -> str:
         f"| held-out accuracy | before {label} | after {label} | change |",
         "|---|---|---|---|",
     ]
-    for key, label in (("greedy_accuracy", "greedy"), ("sampled_accuracy", f"sampled (n={after['samples_per_problem']})")):
-        lines.append(f"| {label} | {before[key]:.1%} | {after[key]:.1%} | {after[key] - before[key]:+.1%} |")
+    for run, key, label in (("greedy", "greedy_accuracy", "greedy"),
+                            ("sampled", "sampled_accuracy", f"sampled (n={after['samples_per_problem']})")):
+        lines.append(f"| {label} | {_cell(before, run, key)} | {_cell(after, run, key)} | "
+                     f"{after[key] - before[key]:+.1%} |")
     lines += retention_rows(before, after)  # a second task's accuracy (evaluation.retention)
     lines.append(f"({after['num_problems']} problems never seen in training)")
     return "\n".join(lines)
 
 
-class RunFolderConflict(UserError, RuntimeError):
-    """The run folder holds another run (other settings): training there would mix the two."""
+def _cell(result: dict, run: str, key: str) -> str:
+    """``12.5%``, or ``12.5% (not scored: error=3)`` when the verifier left samples of that run unscored."""
+    prefix = f"not_scored/{run}/"
+    failed = describe_not_scored({k[len(prefix):]: int(v) for k, v in result.items() if k.startswith(prefix)})
+    return f"{result[key]:.1%}" + (f" (not scored: {failed})" if failed else "")
 
 
 NAME_EXCLUDED = ("trainer.seed", "trainer.resume", "trainer.output_dir", "trainer.progress_bar", "experiment")
@@ -159,42 +170,6 @@ def share_the_cores(train_cfg: TrainConfig, jobs: int) -> None:
         train_cfg.rollout.reward_workers = share
 
 
-def prepare_run_folder(run_dir: Path, resolved: dict, train_cfg: TrainConfig) -> bool:
-    """Decide what to do with an existing run folder; True when its run is already finished.
-
-    Same settings: a finished run is skipped, an incomplete one resumes from its newest
-    checkpoint (in a sweep, or with trainer.resume=true). Other settings: refused, so two
-    experiments never mix in one folder; a run that failed before training began (bad
-    settings, missing data) holds nothing to mix with (:func:`holds_a_run`), so the
-    corrected command may use its folder."""
-    old_config = run_dir / "config.yaml"
-    status = read_status(run_dir)
-    if old_config.exists() and holds_a_run(run_dir, status):
-        differ = config_differences(yaml.safe_load(old_config.read_text()) or {}, resolved)
-        if differ:
-            raise RunFolderConflict(
-                f"{run_dir} already holds a run with other settings (they differ at {', '.join(differ[:6])}). "
-                "Choose another trainer.output_dir or hydra.sweep.dir, or delete that folder.")
-    if status is not None and status.get("status") == "finished":
-        return True
-    if latest_checkpoint(run_dir) is not None and is_multirun():
-        train_cfg.trainer.resume = True
-    return False
-
-
-def holds_a_run(run_dir: Path, status: dict | None) -> bool:
-    """Whether ``run_dir`` holds a run another one must not mix with: a checkpoint, a run that is
-    running or finished, or a failed one that logged a training step (``metrics.jsonl``, which a
-    new run would append to). A run that failed before its first step (refused settings, missing
-    data or solutions, a full disk at the start) leaves nothing to mix with."""
-    if latest_checkpoint(run_dir) is not None:
-        return True
-    if status is None:
-        return False
-    metrics = run_dir / "metrics.jsonl"
-    return status.get("status") != "failed" or (metrics.exists() and metrics.stat().st_size > 0)
-
-
 @hydra.main(version_base="1.3", config_path="pkg://reasoning_rl.conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> float:
     if is_multirun():
@@ -225,8 +200,6 @@ def run_training(cfg: DictConfig) -> float:
 
 
 def _run_training(cfg: DictConfig) -> float:
-    from reasoning_rl.trainer import Trainer
-
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     resolved = OmegaConf.to_container(cfg, resolve=True)
     # Every setting is checked before anything is written: a refused command leaves no
@@ -243,10 +216,26 @@ def _run_training(cfg: DictConfig) -> float:
     # Rank 0's folder on every rank: the default one carries a timestamp that can differ between them.
     run_dir = Path(distributed.broadcast_object(str(train_cfg.trainer.output_dir
                                                     or HydraConfig.get().runtime.output_dir)))
+    lock = RunFolderLock(run_dir)  # one run per folder: held by rank 0 until the run ends (the kernel frees it on kill)
+    try:
+        return _run_in_folder(cfg, resolved, train_cfg, run_dir, lock if main else None)
+    finally:
+        lock.release()
+
+
+def _run_in_folder(cfg: DictConfig, resolved: dict, train_cfg: TrainConfig, run_dir: Path,
+                   lock: RunFolderLock | None) -> float:
+    from reasoning_rl.trainer import Trainer
+
+    main = distributed.is_main()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        if lock is not None:
+            lock.acquire()
         finished = prepare_run_folder(run_dir, resolved, train_cfg)
         distributed.barrier()  # every rank has read the folder before rank 0 writes into it
+        if main and not finished and not train_cfg.trainer.resume:
+            set_aside(run_dir)  # starting over where a run was: its files are moved aside, never overwritten
         if finished:
             summary = json.loads((run_dir / "summary.json").read_text())
             if main:
@@ -344,7 +333,7 @@ class Terminated(BaseException):
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"terminated by {signal.Signals(signum).name}; the last checkpoint is intact: "
-                         "resume with trainer.resume=true")
+                         "run the same command again to resume")
         self.signum = signum
 
 

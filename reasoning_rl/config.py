@@ -23,13 +23,17 @@ from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.config_checks import (
     TRAIN_RANGES,
     ConfigError,
+    choice_problems,
     mentions,
     problems_message,
     range_problems,
+    unknown_choice,
     unknown_keys,
 )
+from reasoning_rl.config_choices import TRAIN_CHOICES
 from reasoning_rl.errors import UserError
 from reasoning_rl.inject import InjectConfig
+from reasoning_rl.policy.lm_head import resolve_chunk
 from reasoning_rl.policy.loading import TINY, ModelConfig
 from reasoning_rl.policy.lora import lora_problems
 from reasoning_rl.policy.precision import precision_problems
@@ -103,8 +107,11 @@ class TrainerConfig:
     """Checkpoint every N steps (and always at the end); 0 = only at the end."""
     keep_checkpoints: int | None = 3
     """Keep the N newest checkpoints (null = all)."""
-    resume: bool = False
-    """Continue from the newest complete checkpoint in output_dir."""
+    resume: bool | None = None
+    """Continue from the newest complete checkpoint in output_dir. null (default): resume an incomplete
+    run with the same settings found there, saying so; true: resume (a warning when there is nothing
+    to resume); false: start over, the earlier run's files moved to output_dir/.replaced/<time>/
+    (reasoning_rl.run_folder, docs/sweeps.md)."""
     log_completions: bool = True
     """Write every completion with its reward and advantage to completions.jsonl."""
     tensorboard: bool = True
@@ -126,6 +133,12 @@ class TrainerConfig:
     training state does not fit one device. Same update as one process; checkpoints are ordinary
     save_pretrained folders. The grpo module only, hf/native rollouts (docs/scaling.md). No effect
     in a single process."""
+    max_failed_reward_share: float = 0.5
+    """The run stops (exit code 2, status failed) when more than this share of a verifier's items fail
+    (error, timeout) over failed_reward_window training steps, or in a held-out evaluation or
+    warm-start probe; a batch where every item fails stops it at once (reasoning_rl.reward_guard)."""
+    failed_reward_window: int = 10
+    """Training steps the failed share of max_failed_reward_share is measured over."""
     precision: str = "fp32"
     """Compute precision of the training forward: fp32, bf16 (autocast) or fp16 (autocast + loss
     scaling); master weights and optimiser states stay float32 (reasoning_rl.policy.precision, docs/lora.md)."""
@@ -231,7 +244,7 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"algo.name={cfg.algo.name!r} needs its settings as {entry.config_class.__name__}, got "
                          f"{type(cfg.algo).__name__}; compose it with algo={cfg.algo.name} or build it with "
                          f"{entry.config_class.__module__}.{entry.config_class.__name__}")
-    problems = range_problems(cfg, TRAIN_RANGES)
+    problems = range_problems(cfg, TRAIN_RANGES) + choice_problems(cfg, TRAIN_CHOICES) + name_problems(cfg)
     if cfg.model.runtime not in RUNTIME_SETTINGS:
         problems.append(f"model.runtime={cfg.model.runtime!r} is unknown; choose one of {', '.join(RUNTIME_SETTINGS)}")
     # The algorithm's checks, less those about a key already reported out of range.
@@ -261,6 +274,27 @@ def validate(cfg: TrainConfig) -> None:
         problems.append(problem)
     if problems:
         raise ConfigError(problems_message(problems))
+
+
+def name_problems(cfg: TrainConfig) -> list[str]:
+    """Names looked up in a registry where they are used (the reward's and the audit's verifiers, the
+    environment) and ``model.lm_head_chunk``, checked here with the other settings instead."""
+    import rewards
+    from reasoning_rl.envs.registry import list_environments
+    from reasoning_rl.tasks.task import reward_specs
+
+    out = []
+    verifiers = rewards.list_verifiers()
+    named = [(f"task.rewards[{i}].name", s.name) for i, s in enumerate(reward_specs(cfg.task.rewards))]
+    named += [("task.audit.verifier", cfg.task.audit.verifier)] if cfg.task.audit.verifier is not None else []
+    out += [unknown_choice(key, name, verifiers) for key, name in named if name not in verifiers]
+    if cfg.task.env is not None and cfg.task.env not in (envs := list_environments()):
+        out.append(unknown_choice("task.env", cfg.task.env, envs))
+    try:
+        resolve_chunk(cfg.model.lm_head_chunk, 0)
+    except UserError as exc:
+        out.append(str(exc))
+    return out
 
 
 def fsdp_problems(cfg: TrainConfig) -> list[str]:

@@ -113,6 +113,8 @@ TRAIN_RANGES: dict[str, Range] = {
     "trainer.save_every": AT_LEAST_0,
     "trainer.keep_checkpoints": AT_LEAST_1,
     "trainer.num_threads": AT_LEAST_1,
+    "trainer.max_failed_reward_share": FRACTION,
+    "trainer.failed_reward_window": AT_LEAST_1,
     # warmstart
     "warmstart.max_steps": AT_LEAST_0,
     "warmstart.batch_size": AT_LEAST_1,
@@ -252,6 +254,46 @@ def range_problems(cfg: Any, ranges: Mapping[str, Range], prefix: str = "", labe
         elif _is_number(value) and key in ranges and not ranges[key].allows(value):
             out.append(f"{shown} must be {ranges[key]}, got {value}")
     return out
+
+
+def choice_problems(cfg: Any, choices: Mapping[str, tuple[str, ...]], prefix: str = "", label: str = "") -> list[str]:
+    """One line per text value of the dataclass object ``cfg`` that is not one of its choices in
+    ``choices`` (``model.dtype='float8' is unknown; choose one of float32, ...``), with the closest
+    choice when there is one; None (an Optional field left null) is always allowed."""
+    label = label or prefix
+    out = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        key, shown = prefix + f.name, label + f.name
+        if dataclasses.is_dataclass(value):
+            out += choice_problems(value, choices, key + ".", shown + ".")
+        elif isinstance(value, list):
+            out += [p for i, item in enumerate(value) if dataclasses.is_dataclass(item)
+                    for p in choice_problems(item, choices, key + ".", f"{shown}[{i}].")]
+        elif value is not None and key in choices and value not in choices[key]:
+            out.append(unknown_choice(shown, value, choices[key]))
+    return out
+
+
+def unknown_choice(key: str, value: Any, choices: tuple[str, ...] | list[str]) -> str:
+    """``model.dtype='float8' is unknown (did you mean float16?); choose one of float32, ...``."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"{key}={value!r} is unknown{hint}; choose one of {', '.join(str(c) for c in choices)}"
+
+
+def text_fields(schema: type, prefix: str = "") -> Iterator[str]:
+    """Dotted names of every text field of ``schema`` (``str``, Optional, lists of it), walking nested
+    dataclasses and lists of dataclasses, as :func:`numeric_fields` does for numbers."""
+    hints = _hints(schema)
+    for f in dataclasses.fields(schema):
+        t, item = hints[f.name], _list_item(hints[f.name])
+        if t is str or item is str:
+            yield prefix + f.name
+        elif dataclasses.is_dataclass(t):
+            yield from text_fields(t, f"{prefix}{f.name}.")
+        elif item is not None and dataclasses.is_dataclass(item):
+            yield from text_fields(item, f"{prefix}{f.name}.")
 
 
 def _is_number(value: Any) -> bool:

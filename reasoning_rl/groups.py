@@ -18,6 +18,7 @@ import torch
 
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
+from reasoning_rl.reward_guard import TRAINING
 from reasoning_rl.rollout import Completion
 from reasoning_rl.tasks import Example
 from reasoning_rl.tasks.scoring import is_correct
@@ -62,6 +63,7 @@ def sample_and_score(ctx: RunContext, examples: list[Example], n: int, seed: int
     fields = [{**e.fields, "num_completion_tokens": c.num_tokens} for e, g in zip(examples, groups) for c in g]
     scored = ctx.reward.score([c.text for c in completions], refs, fields,
                               timeout=ctx.cfg.rollout.reward_timeout, pool=ctx.pool)
+    ctx.reward_guard.observe(TRAINING, scored.components)  # stops the run on a broken verifier
     # An episode's environment may scale its reward (code_feedback's attempt_discount); 1 otherwise.
     rewards = torch.tensor([math.nan if r is None else r * getattr(c, "reward_scale", 1.0)
                             for r, c in zip(scored.rewards, completions)],

@@ -21,6 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from reasoning_rl.reward_guard import RewardGuard, not_scored
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks import Example
 from reasoning_rl.tasks.sample_metrics import maj_at_k, pass_at_k, reports_answers, vote_answer
@@ -46,12 +47,17 @@ class HeldOutResult:
     """Pass@K for K in :func:`k_values` of the sampled completions."""
     maj_at: dict[int, float] = field(default_factory=dict)
     """Maj@K for the same K."""
+    not_scored: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Samples the verifier left without a score, by status, of the ``greedy`` and ``sampled`` runs
+    (non-zero counts only): ``{"greedy": {"error": 3}}``. Each counts as not correct."""
 
     def as_dict(self) -> dict[str, float]:
         return {"greedy_accuracy": self.greedy_accuracy, "sampled_accuracy": self.sampled_accuracy,
                 "num_problems": self.num_problems, "samples_per_problem": self.samples_per_problem,
                 **{f"pass@{k}": v for k, v in self.pass_at.items()},
-                **{f"maj@{k}": v for k, v in self.maj_at.items()}}
+                **{f"maj@{k}": v for k, v in self.maj_at.items()},
+                **{f"not_scored/{run}/{status}": n for run, counts in self.not_scored.items()
+                   for status, n in counts.items()}}
 
 
 def k_values(n: int) -> list[int]:
@@ -88,33 +94,39 @@ def pass_and_maj_at_k(correct: Sequence[Sequence[bool]], answers: Sequence[Seque
 
 
 def _graded(engine: RolloutEngine, examples: Sequence[Example], reward: CompositeReward, sampling: SamplingConfig,
-            n: int, seed: int, timeout: float, pool: WorkerPool | None) -> tuple[Graded, list[str]]:
+            n: int, seed: int, timeout: float, pool: WorkerPool | None, guard: RewardGuard | None = None,
+            phase: str = "held-out evaluation") -> tuple[Graded, list[str]]:
     """``n`` completions per example (flat, example-major), graded by the FIRST reward component
-    (the accuracy verifier)."""
+    (the accuracy verifier); ``guard`` (when given) stops the run when that verifier failed on too many."""
     groups = engine.generate([e.prompt for e in examples], n, sampling, seed=seed)
     texts = [c.text for g in groups for c in g]
     refs = [e.reference for e in examples for _ in range(n)]
     fields = [e.fields for e in examples for _ in range(n)]
-    verifier = reward.verifiers[reward.specs[0].key]
-    return grade(verifier, texts, refs, fields, timeout=timeout, pool=pool), texts
+    key = reward.specs[0].key
+    graded = grade(reward.verifiers[key], texts, refs, fields, timeout=timeout, pool=pool)
+    if guard is not None:
+        guard.observe(phase, {key: graded.batch})
+    return graded, texts
 
 
 def accuracy_of(engine: RolloutEngine, examples: Sequence[Example], reward: CompositeReward,
-                sampling: SamplingConfig, n: int, seed: int, timeout: float, pool: WorkerPool | None) -> float:
+                sampling: SamplingConfig, n: int, seed: int, timeout: float, pool: WorkerPool | None,
+                guard: RewardGuard | None = None, phase: str = "held-out evaluation") -> float:
     """Mean correctness (by the FIRST reward component, the accuracy verifier) over ``n`` completions per example."""
-    graded, _ = _graded(engine, examples, reward, sampling, n, seed, timeout, pool)
+    graded, _ = _graded(engine, examples, reward, sampling, n, seed, timeout, pool, guard, phase)
     return sum(graded.correct) / max(1, len(graded.correct))
 
 
 def evaluate_heldout(engine: RolloutEngine, examples: Sequence[Example], reward: CompositeReward,
                      sampling: SamplingConfig, samples_per_problem: int, seed: int, timeout: float = 10.0,
-                     pool: WorkerPool | None = None) -> HeldOutResult:
+                     pool: WorkerPool | None = None, guard: RewardGuard | None = None) -> HeldOutResult:
     """Greedy accuracy (1 completion per problem); sampled accuracy (``samples_per_problem``
     completions at the training temperature; the mean is pass@1 estimated from n samples), and
-    Pass@K / Maj@K from the same samples."""
+    Pass@K / Maj@K from the same samples. Samples the verifier could not score count as not
+    correct and are counted in ``not_scored``; ``guard`` stops the run when most are."""
     greedy = SamplingConfig(max_new_tokens=sampling.max_new_tokens, do_sample=False, stop=sampling.stop)
     n = samples_per_problem
-    graded, texts = _graded(engine, examples, reward, sampling, n, seed, timeout, pool)
+    graded, texts = _graded(engine, examples, reward, sampling, n, seed, timeout, pool, guard)
     correct = [graded.correct[i * n:(i + 1) * n] for i in range(len(examples))]
     extracted = [extracted_answer(r.info) for r in graded.batch.results]
     votes = [vote_answer(a, text, scored=r.status == "ok", reports_answers=reports_answers(r.info))
@@ -125,11 +137,14 @@ def evaluate_heldout(engine: RolloutEngine, examples: Sequence[Example], reward:
         log.info("held-out Maj@K: %d of %d scored samples vote by their completion text: the verifier reported "
                  "no extracted answer for them", by_text, len(texts))
     pass_at, maj_at = pass_and_maj_at_k(correct, answers, seed=seed)
+    greedy_graded, _ = _graded(engine, examples, reward, greedy, 1, seed, timeout, pool, guard)
     return HeldOutResult(
-        greedy_accuracy=accuracy_of(engine, examples, reward, greedy, 1, seed, timeout, pool),
+        greedy_accuracy=sum(greedy_graded.correct) / max(1, len(greedy_graded.correct)),
         sampled_accuracy=sum(graded.correct) / max(1, len(graded.correct)),
         num_problems=len(examples),
         samples_per_problem=n,
         pass_at=pass_at,
         maj_at=maj_at,
+        not_scored={run: counts for run, g in (("greedy", greedy_graded), ("sampled", graded))
+                    if (counts := not_scored(g.batch))},
     )

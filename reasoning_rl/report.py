@@ -220,7 +220,8 @@ def find_runs(sweep_dir: Path, collapse_fraction: float = COLLAPSE_FRACTION) -> 
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"sweep folder {str(sweep_dir)!r} does not exist")
     runs = [read_run(p.parent, sweep_dir, collapse_fraction) for p in sorted(sweep_dir.rglob("config.yaml"))
-            if "report" not in p.relative_to(sweep_dir).parts and ".hydra" not in p.parts]
+            if "report" not in p.relative_to(sweep_dir).parts  # nor .hydra/, nor a replaced run's .replaced/
+            and not any(part.startswith(".") for part in p.relative_to(sweep_dir).parts)]
     return sorted(runs, key=lambda r: (r.setting, r.seed if r.seed is not None else -1))
 
 

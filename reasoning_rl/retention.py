@@ -33,6 +33,7 @@ from typing import Any
 
 from reasoning_rl.errors import UserError
 from reasoning_rl.heldout import evaluate_heldout
+from reasoning_rl.reward_guard import RewardGuard
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks.data import load_problems, local_path
 from reasoning_rl.tasks.definition import DatasetDefinition, get_definition
@@ -121,13 +122,15 @@ class Retention:
                                                          sampling.max_new_tokens, stop=stop),
                    cfg.samples_per_problem, definition.score_timeout)
 
-    def evaluate(self, engine: RolloutEngine, seed: int, pool: WorkerPool | None = None) -> dict[str, float]:
-        """``retention/<key>`` for each key of :meth:`reasoning_rl.heldout.HeldOutResult.as_dict`; {} when off."""
+    def evaluate(self, engine: RolloutEngine, seed: int, pool: WorkerPool | None = None,
+                 guard: RewardGuard | None = None) -> dict[str, float]:
+        """``retention/<key>`` for each key of :meth:`reasoning_rl.heldout.HeldOutResult.as_dict`; {} when off.
+        ``guard`` stops the run when the second task's verifier fails on too many samples."""
         if not self.examples or self.reward is None:
             return {}
         t0 = time.perf_counter()
         result = evaluate_heldout(engine, self.examples, self.reward, self.sampling, self.samples_per_problem,
-                                  seed=seed, timeout=self.timeout, pool=pool)
+                                  seed=seed, timeout=self.timeout, pool=pool, guard=guard)
         log.info("retention: %d problems x (1 greedy + %d sampled) in %.1f s, greedy accuracy %.3f",
                  result.num_problems, self.samples_per_problem, time.perf_counter() - t0, result.greedy_accuracy)
         return {f"{PREFIX}{k}": v for k, v in result.as_dict().items()}

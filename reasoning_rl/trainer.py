@@ -60,6 +60,7 @@ from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.policy.runtime_check import check_runtime
 from reasoning_rl.prompt_sampler import PromptSampler
 from reasoning_rl.retention import Retention
+from reasoning_rl.reward_guard import RewardGuard
 from reasoning_rl.rollout import SamplingConfig
 from reasoning_rl.tasks import Task
 from reasoning_rl.warmstart import supervised_warm_start
@@ -151,7 +152,7 @@ class Trainer:
         self.context = RunContext(
             cfg=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, device=self.device,
             engine=rollout_engine, sampling=self.sampling, reward=trainer_reward(self.reward, rollout_engine),
-            pool=self.pool,
+            pool=self.pool, reward_guard=RewardGuard.of(cfg.trainer),  # stops the run on a broken verifier
             train_examples=self.train_examples, sampler=self.sampler, resumed=self.resume_from is not None,
         )
         self.algorithm: Algorithm = entry.algorithm(self.context)
@@ -174,7 +175,7 @@ class Trainer:
         result = supervised_warm_start(
             self.model, self.tokenizer, probe_engine, self.train_examples, w, self.reward, self.sampling,
             seed=self.cfg.trainer.seed, timeout=self.cfg.rollout.reward_timeout, pool=self.pool,
-            env=self.cfg.task.env, env_options=self.cfg.task.episode.options,
+            env=self.cfg.task.env, env_options=self.cfg.task.episode.options, guard=self.context.reward_guard,
         )
         log.info("[warm start] stopped after %d steps at probe accuracy %.3f", result.steps, result.probe_accuracy)
         return {"steps": result.steps, "probe_accuracy": result.probe_accuracy, "history": result.history}
@@ -410,8 +411,9 @@ class Trainer:
                 return {}
             result = evaluate_heldout(self.engine, self.eval_examples, self.reward, self.sampling,
                                       self.cfg.evaluation.samples_per_problem, seed=self.cfg.trainer.seed,
-                                      timeout=self.cfg.rollout.reward_timeout, pool=self.pool)
-            retained = self.retention.evaluate(self.engine, seed=self.cfg.trainer.seed, pool=self.pool)
+                                      timeout=self.cfg.rollout.reward_timeout, pool=self.pool, guard=self.context.reward_guard)
+            retained = self.retention.evaluate(self.engine, seed=self.cfg.trainer.seed, pool=self.pool,
+                                               guard=self.context.reward_guard)
             set_training(self.model, True)
             distributed.barrier()
         return {**result.as_dict(), **retained}

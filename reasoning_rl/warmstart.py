@@ -46,6 +46,7 @@ from reasoning_rl.config import (
 )
 from reasoning_rl.envs.registry import get_environment
 from reasoning_rl.heldout import accuracy_of
+from reasoning_rl.reward_guard import RewardGuard
 from reasoning_rl.rollout import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks import Example
 
@@ -170,11 +171,12 @@ def supervised_warm_start(
     pool: Any,
     env: str | None = None,
     env_options: Mapping[str, Any] | None = None,
+    guard: RewardGuard | None = None,
 ) -> WarmStartResult:
     """``sft`` steps on the reference answers until the probe's greedy accuracy reaches the target
     (or ``max_steps``); ``engine`` samples the probe from ``model`` as it trains. ``env`` and
     ``env_options`` (``task.env``, ``task.episode.options``) say where the observations are
-    (``cfg.mask_observations``)."""
+    (``cfg.mask_observations``); ``guard`` checks the probe's scores (reasoning_rl.reward_guard)."""
     targets = warm_start_targets(examples, cfg)
     run = TrainConfig(algo=warm_start_settings(cfg), trainer=TrainerConfig(steps=cfg.max_steps, seed=seed))
     ctx = RunContext(cfg=run, run_dir=Path("."), model=model, tokenizer=tokenizer,
@@ -205,7 +207,8 @@ def supervised_warm_start(
     for step in range(1, cfg.max_steps + 1):
         loss = sft.step(step - 1).metrics["loss/total"]
         if step % cfg.check_every == 0 or step == cfg.max_steps:
-            accuracy = accuracy_of(engine, probe, reward, greedy, 1, seed, timeout, pool)
+            accuracy = accuracy_of(engine, probe, reward, greedy, 1, seed, timeout, pool,
+                                   guard=guard, phase="warm-start probe")
             history.append({"step": step, "loss": loss, "probe_accuracy": accuracy})
             log.info("warm start step %d: loss %.3f, probe greedy accuracy %.3f", step, loss, accuracy)
             if accuracy >= cfg.stop_at_accuracy:

@@ -1,9 +1,10 @@
-"""Entry point of a reward worker process: ``python -m rewards._worker <inbox fd> <outbox fd>``."""
+"""Entry point of a reward worker process, started by :class:`rewards.pool.WorkerPool` with the parent's
+``sys.path`` (``rewards.pool.WORKER_BOOT``): ``main(<inbox fd>, <outbox fd>)``."""
 
-import sys
 from multiprocessing.connection import Connection
 
 from rewards.pool import _worker_main
 
-if __name__ == "__main__":
-    _worker_main(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))
+
+def main(inbox_fd: int, outbox_fd: int) -> None:
+    _worker_main(Connection(inbox_fd, writable=False), Connection(outbox_fd, readable=False))

@@ -59,9 +59,6 @@ def _worker_main(inbox: Connection, outbox: Connection) -> None:
         kind = message[0]
         if kind == "stop":
             return
-        if kind == "sys_path":
-            sys.path[:] = [p for p in message[1] if p] + [p for p in sys.path if p not in message[1]]
-            continue
         if kind == "function":
             _, key, payload = message
             try:
@@ -91,8 +88,16 @@ def _unloadable(message: str) -> Callable[..., Any]:
     return fail
 
 
+WORKER_BOOT = ("import sys; sys.path[:] = sys.argv[3:]; del sys.argv[3:]; import rewards._worker as w; "
+               "w.main(int(sys.argv[1]), int(sys.argv[2]))")
+"""What a worker interpreter runs (``python -c``): the parent's ``sys.path``, exactly, before anything of the
+project is imported, then the worker loop. ``python -m rewards._worker`` would put the working directory first on
+``sys.path``, so a user's ``rewards.py`` or ``reasoning_rl.py`` there (or a clone's ``rewards/`` folder) would
+shadow the package the parent runs; with the parent's path the worker imports the same files as the parent."""
+
+
 class _Worker:
-    """One worker: a fresh interpreter (``python -m rewards._worker``) in its own session.
+    """One worker: a fresh interpreter (:data:`WORKER_BOOT`) in its own session.
 
     A plain subprocess rather than ``multiprocessing.Process``: spawn/forkserver would
     re-import the user's ``__main__`` script in every worker (re-running an unguarded
@@ -104,7 +109,7 @@ class _Worker:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "rewards._worker", str(to_child_r), str(from_child_w)],
+            [sys.executable, "-c", WORKER_BOOT, str(to_child_r), str(from_child_w), *sys.path],
             pass_fds=(to_child_r, from_child_w),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # own process group: killing it kills what the verifier started
@@ -113,7 +118,6 @@ class _Worker:
         os.close(from_child_w)
         self.outbox = Connection(to_child_w, readable=False)
         self.conn = Connection(from_child_r, writable=False)
-        self.outbox.send(("sys_path", list(sys.path)))
         self.known_functions: set[str] = set()
         self.index: int | None = None
         self.deadline = 0.0

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from reasoning_rl.algo.corrections import CorrectionConfig
+from reasoning_rl.reward_guard import RewardGuard
 
 if TYPE_CHECKING:
     from reasoning_rl.prompt_sampler import PromptSampler
@@ -142,6 +143,9 @@ class RunContext:
     """Which training examples come next (its position is checkpointed by the run loop)."""
     resumed: bool = False
     """True when the run continues from a checkpoint."""
+    reward_guard: RewardGuard = field(default_factory=RewardGuard)
+    """Stops the run when the reward's verifiers fail on too many items (reasoning_rl.reward_guard);
+    fed every training batch's scores by :func:`reasoning_rl.groups.sample_and_score`."""
 
 
 @dataclass

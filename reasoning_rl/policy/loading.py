@@ -45,6 +45,10 @@ CHARACTERS = string.printable.replace("\x0b", "").replace("\x0c", "").replace("\
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
+DTYPE_NAMES: tuple[str, ...] = tuple(_DTYPES)
+"""The values of ``model.dtype`` and ``model.reference_dtype`` (checked with the other settings: reasoning_rl.config)."""
+TINY_ARCHS: tuple[str, ...] = ("llama", "qwen2")
+"""The values of ``model.tiny.arch``."""
 
 
 @dataclass
@@ -161,7 +165,7 @@ def build_tiny_model(cfg: TinyModelConfig | None = None, tokenizer: Any | None =
     elif cfg.arch == "qwen2":
         config = Qwen2Config(**common)
     else:
-        raise ValueError(f"unknown tiny model arch {cfg.arch!r}; expected 'llama' or 'qwen2'")
+        raise ValueError(f"unknown tiny model arch {cfg.arch!r}; expected one of {', '.join(TINY_ARCHS)}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.init_seed)
         model = AutoModelForCausalLM.from_config(config)

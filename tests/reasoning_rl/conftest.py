@@ -148,3 +148,33 @@ def tiny_model_config(tiny: TinyModelConfig):
     from reasoning_rl.policy.loading import build_tiny_model
 
     return build_tiny_model(tiny)[0].config
+
+
+PLUGIN_VERIFIERS = '''
+import time
+
+
+def exact_int(completion, reference, **fields):
+    raise ValueError("exact_int cannot parse " + repr(completion[:10]))
+
+
+def hangs(completion, reference, **fields):
+    time.sleep(600)
+    return 0.0
+'''
+"""A user's verifier plugin module: ``exact_int`` raises on every call, ``hangs`` never returns."""
+
+
+def install_verifier_plugin(folder) -> dict[str, str]:
+    """Write a verifier plugin package into ``folder`` as pip would (its module and a ``.dist-info`` with the
+    ``reasoning_rl.verifiers`` entry points ``exact_int`` and ``hangs``); the environment that finds it."""
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "user_verifiers.py").write_text(PLUGIN_VERIFIERS)
+    info = folder / "user_verifiers-0.1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: user-verifiers\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[reasoning_rl.verifiers]\nexact_int = user_verifiers:exact_int\n"
+                                           "hangs = user_verifiers:hangs\n")
+    return {"PYTHONPATH": os.pathsep.join([str(folder), *filter(None, [os.environ.get("PYTHONPATH")])])}

@@ -7,6 +7,7 @@ import pytest
 
 from reasoning_rl import atomic
 from reasoning_rl.atomic import atomic_directory_write, atomic_write_bytes, atomic_write_text
+from reasoning_rl.errors import StorageError
 
 
 def _disk_full(*args, **kwargs):
@@ -37,9 +38,10 @@ def test_a_full_disk_while_writing_a_file_leaves_the_old_file_and_no_temporary(t
     path = tmp_path / "summary.json"
     atomic_write_text(path, "old")
     monkeypatch.setattr(atomic.os, "fsync", _disk_full)  # the data does not fit on the disk
-    with pytest.raises(OSError) as info:
+    with pytest.raises(StorageError) as info:  # an OSError too: one line naming the file (exit code 2)
         atomic_write_text(path, "new")
-    assert info.value.errno == errno.ENOSPC
+    assert info.value.__cause__.errno == errno.ENOSPC
+    assert str(info.value).startswith(f"cannot write {path}: its disk is full (")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
 
@@ -63,10 +65,43 @@ def test_a_full_disk_in_a_first_directory_write_leaves_nothing(tmp_path):
         (d / "model.safetensors").write_bytes(b"\0" * 64)
         _disk_full()
 
-    with pytest.raises(OSError) as info:
+    with pytest.raises(StorageError) as info:
         atomic_directory_write(tmp_path / "checkpoint-7", fills_the_disk)
-    assert info.value.errno == errno.ENOSPC
+    assert info.value.__cause__.errno == errno.ENOSPC
     assert list(tmp_path.iterdir()) == []  # neither checkpoint-7 nor .checkpoint-7.tmp
+
+
+@pytest.mark.parametrize("said", [
+    "[enforce fail at inline_container.cc:672] . unexpected pos 3536576 vs 3536464",  # torch.save, mid-file
+    "[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0: file write failed",
+    "Error while serializing: I/O error: No space left on device (os error 28)",  # safetensors
+])
+def test_a_checkpoint_write_refused_for_space_is_a_full_disk_naming_the_folder(tmp_path, monkeypatch, said):
+    # torch's words never mention space; the run used to end with a 60-line traceback and exit code 1.
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr("shutil.disk_usage", lambda path: usage(10**9, 10**9 - 112, 112))
+
+    def torch_save_fails(d):
+        (d / "trainer_state.pt").write_bytes(b"\0" * 64)
+        raise RuntimeError(said)
+
+    final = tmp_path / "checkpoint-3"
+    with pytest.raises(StorageError) as info:
+        atomic_directory_write(final, torch_save_fails)
+    assert str(info.value) == (f"cannot write {final}: its disk is full (112 bytes free there; the write failed with "
+                               f"RuntimeError: {said}); free some space there or write elsewhere")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_any_other_failure_of_a_write_stays_what_it_is(tmp_path):
+    def bug(d):
+        raise RuntimeError("unexpected keyword argument")
+
+    with pytest.raises(RuntimeError) as info:
+        atomic_directory_write(tmp_path / "checkpoint-1", bug)
+    assert not isinstance(info.value, StorageError)
 
 
 def test_a_failed_swap_puts_the_old_directory_back(tmp_path, monkeypatch):

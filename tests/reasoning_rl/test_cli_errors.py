@@ -15,10 +15,11 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from reasoning_rl import cli
-from reasoning_rl.cli import RunFolderConflict, prepare_run_folder, run_training, to_train_config
+from reasoning_rl.cli import run_training, to_train_config
 from reasoning_rl.config import register_configs
 from reasoning_rl.entry_points import as_user_error
 from reasoning_rl.errors import DEBUG_ENV
+from reasoning_rl.run_folder import RunFolderConflict, prepare_run_folder
 
 PROG = "reasoning-rl-train: "
 TINY = [
@@ -48,7 +49,7 @@ def _message(out: subprocess.CompletedProcess) -> list[str]:
     # Hydra adds any key written with `+`; it used to run with group_size 8 and record grop_size: 4.
     (["+algo.grop_size=4"], ["unknown key algo.grop_size (did you mean algo.group_size?)"]),
     (["algo.grop_size=4"], ["unknown key algo.grop_size (did you mean algo.group_size?)"]),
-    (["+trainer.foo=1"], ["unknown key trainer.foo (trainer has: fsdp, keep_checkpoints, keep_freed_memory, "]),
+    (["+trainer.foo=1"], ["unknown key trainer.foo (trainer has: failed_reward_window, fsdp, keep_checkpoints, keep_freed_memory, "]),
     (["algo.group_size=abc"], ["bad value for algo.group_size: Value 'abc' of type 'str' could not be converted "
                                "to Integer"]),
     (["task=gsm9k"], ["unknown task option task=gsm9k (did you mean gsm8k?); choose one of: arithmetic, "
@@ -227,7 +228,7 @@ def test_sigterm_mid_training_records_failed_with_its_stage_and_exits_143(tmp_pa
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == (PROG + "terminated by SIGTERM; the last checkpoint is intact: "
-                                            "resume with trainer.resume=true")
+                                            "run the same command again to resume")
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "failed" and status["stage"] == "training"
     assert "terminated by SIGTERM" in status["error"]

@@ -20,7 +20,9 @@ from reasoning_rl.config_checks import (
     free_form_fields,
     mentions,
     numeric_fields,
+    text_fields,
 )
+from reasoning_rl.config_choices import TRAIN_CHOICES, TRAIN_TEXT
 from reasoning_rl.entry_points import as_user_error, hydra_message, user_errors_exit
 from reasoning_rl.errors import StorageError, UserError
 
@@ -53,6 +55,50 @@ def test_every_numeric_setting_has_a_range_or_a_reason():
     assert not set(TRAIN_RANGES) & set(TRAIN_FREE) and not set(EVAL_RANGES) & set(EVAL_FREE)
     assert {"trainer.save_every", "trainer.keep_checkpoints", "algo.group_size", "algo.gamma", "model.tiny.num_heads",
             "algo.pairs_per_prompt"} <= set(TRAIN_RANGES)
+
+
+def test_every_text_setting_has_its_choices_or_a_rule():
+    train = {n for n in text_fields(TrainConfig) if not n.startswith("algo.")}
+    for name in list_algorithms():
+        schema = get_algorithm(name).config_class
+        if schema.__module__.startswith("reasoning_rl."):
+            train |= set(text_fields(schema, "algo."))
+    assert sorted(train - set(TRAIN_CHOICES) - set(TRAIN_TEXT)) == []
+    assert sorted((set(TRAIN_CHOICES) | set(TRAIN_TEXT)) - train) == []  # no stale entries
+    assert not set(TRAIN_CHOICES) & set(TRAIN_TEXT)
+    assert {"model.dtype", "model.tiny.arch", "task.none_policy"} <= set(TRAIN_CHOICES)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    # Each used to pass validation and fail deep in the run: exit code 1 and a 50-68 line traceback.
+    ("model.dtype", "float8", "model.dtype='float8' is unknown (did you mean float32?); choose one of float32, fp32, "
+                              "bfloat16, bf16, float16, fp16"),
+    ("model.reference_dtype", "half", "model.reference_dtype='half' is unknown; choose one of float32, "),
+    ("model.tiny.arch", "gpt2", "model.tiny.arch='gpt2' is unknown; choose one of llama, qwen2"),
+    ("task.none_policy", "nonsense", "task.none_policy='nonsense' is unknown; choose one of propagate, skip, zero"),
+    ("warmstart.target", "solutions", "warmstart.target='solutions' is unknown (did you mean solution?); choose one "
+                                      "of reference, solution"),
+    ("task.env", "pyton_tool", "task.env='pyton_tool' is unknown (did you mean python_tool?); choose one of "),
+    ("task.audit.verifier", "math_verif", "task.audit.verifier='math_verif' is unknown (did you mean math_verify?)"),
+    ("model.lm_head_chunk", "big", "model.lm_head_chunk='big' is not auto, 0 or a number of positions"),
+])
+def test_text_settings_are_checked_with_the_others(key, value, message):
+    cfg = TrainConfig()
+    group, *inner, name = key.split(".")
+    target = getattr(cfg, group)
+    for part in inner:
+        target = getattr(target, part)
+    setattr(target, name, value)
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    assert str(info.value).startswith(f"invalid configuration: {message}"), str(info.value)
+
+
+def test_a_reward_component_with_an_unknown_verifier_is_named_by_its_position():
+    cfg = TrainConfig()
+    cfg.task.rewards = [{"name": "math"}, {"name": "fromat", "weight": 0.1}]
+    with pytest.raises(ConfigError, match=r"task\.rewards\[1\]\.name='fromat' is unknown \(did you mean format\?\)"):
+        validate(cfg)
 
 
 @pytest.mark.parametrize(("rng", "inside", "outside", "text"), [
@@ -116,7 +162,7 @@ def test_unknown_keys_name_the_closest_known_one_and_free_form_groups_are_left_a
     }
     problems = key_problems(values)
     assert problems[0] == "unknown key algo.lamda (did you mean algo.lam?)"
-    assert problems[1].startswith("unknown key trainer.foo (trainer has: fsdp, keep_checkpoints, ")
+    assert problems[1].startswith("unknown key trainer.foo (trainer has: failed_reward_window, fsdp, keep_checkpoints, ")
     assert problems[2] == "unknown key task.rewards[0].wieght (did you mean task.rewards[0].weight?)"
     assert len(problems) == 3
 

@@ -11,8 +11,9 @@ import yaml
 from hydra import compose, initialize_config_module
 
 from reasoning_rl import report
-from reasoning_rl.cli import RunFolderConflict, prepare_run_folder, share_the_cores, to_train_config
+from reasoning_rl.cli import share_the_cores, to_train_config
 from reasoning_rl.config import TrainConfig, register_configs, validate
+from reasoning_rl.run_folder import RunFolderConflict, prepare_run_folder
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 TINY = [

@@ -133,11 +133,13 @@ def test_the_training_reward_is_the_final_attempts_score_times_the_discount(bpe_
     from types import SimpleNamespace
 
     from reasoning_rl.groups import completion_rows, sample_and_score
+    from reasoning_rl.reward_guard import RewardGuard
     from rewards.compose import CompositeReward, RewardSpec
 
     engine = EpisodeEngine(ScriptedEngine(bpe_tokenizer, ["x + 4\n", "x + 3\n"]), bpe_tokenizer, "code_feedback",
                            EpisodeConfig(max_turns=2, max_tokens=1000, options={"attempt_discount": 0.8}), [EXAMPLE])
     ctx = SimpleNamespace(engine=engine, sampling=SamplingConfig(max_new_tokens=40), pool=None, run_dir=tmp_path,
+                          reward_guard=RewardGuard(),
                           reward=CompositeReward([RewardSpec("code", options={"extract": "raw", "partial_credit": True})]),
                           cfg=SimpleNamespace(rollout=SimpleNamespace(reward_timeout=20), task=SimpleNamespace(audit=None)))
     groups = sample_and_score(ctx, [EXAMPLE], 1, seed=0)
