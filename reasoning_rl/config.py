@@ -29,6 +29,7 @@ from reasoning_rl.config_checks import (
     unknown_keys,
 )
 from reasoning_rl.errors import UserError
+from reasoning_rl.health.config import HealthConfig
 from reasoning_rl.inject import InjectConfig
 from reasoning_rl.policy.loading import TINY, ModelConfig
 from reasoning_rl.policy.lora import lora_problems
@@ -129,6 +130,9 @@ class TrainerConfig:
     precision: str = "fp32"
     """Compute precision of the training forward: fp32, bf16 (autocast) or fp16 (autocast + loss
     scaling); master weights and optimiser states stay float32 (reasoning_rl.policy.precision, docs/lora.md)."""
+    health: HealthConfig = field(default_factory=HealthConfig)
+    """Health rules read every step's metrics and warn (or stop the run) on the known silent failures:
+    truncation, zero-variance groups, entropy collapse, KL runaway, NaN... (reasoning_rl.health, docs/health.md)."""
 
 
 @dataclass
@@ -256,6 +260,7 @@ def validate(cfg: TrainConfig) -> None:
     problems += cfg.rollout.inject.problems(cfg.rollout.backend, cfg.trainer.fsdp)
     problems += async_problems(cfg)
     problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
+    problems += cfg.trainer.health.problems()
     problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
     if cfg.warmstart.enabled and (problem := mask_observations_problem(cfg.warmstart, cfg.task.env)):
         problems.append(problem)

@@ -10,22 +10,34 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
 
 
+class MetricsSink(Protocol):
+    """Something that reads every step's metrics after metrics.jsonl holds them: the health monitor
+    (reasoning_rl.health), an experiment tracker (reasoning_rl.trackers). Its values are as computed
+    (a NaN stays NaN); it may raise to stop the run (the health rules of ``trainer.health.stop_on``)."""
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class MetricsLogger:
-    """Appends one JSON object per step to ``metrics.jsonl``; mirrors scalars to TensorBoard.
+    """Appends one JSON object per step to ``metrics.jsonl``; mirrors scalars to TensorBoard; then
+    hands the step to each of ``sinks`` (reasoning_rl.run_log builds them from the config).
     ``enabled=False`` (data-parallel ranks other than 0) touches no file: every call is a no-op."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None,
                  enabled: bool = True) -> None:
         self.enabled = enabled
         self._tb = None
+        self.sinks: list[MetricsSink] = []
         if not enabled:
             return
         self.run_dir = Path(run_dir)
@@ -55,6 +67,14 @@ class MetricsLogger:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key != "step" and math.isfinite(value):
                     self._tb.add_scalar(key, value, step)
+        if self.sinks:
+            raw = {k: _scalar(v) for k, v in metrics.items()}
+            for sink in self.sinks:
+                sink.log(step, raw)
+
+    def add_sinks(self, sinks: Sequence[MetricsSink]) -> None:
+        if self.enabled:
+            self.sinks.extend(sinks)
 
     def log_completions(self, step: int, rows: Iterable[Mapping[str, Any]]) -> None:
         if not self.enabled:
@@ -66,6 +86,8 @@ class MetricsLogger:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -82,9 +104,15 @@ def _truncate_after_step(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
-def _plain(value: Any) -> Any:
+def _scalar(value: Any) -> Any:
+    """A 0-d tensor or array as its Python number; anything else unchanged."""
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        value = value.item()
+        return value.item()
+    return value
+
+
+def _plain(value: Any) -> Any:
+    value = _scalar(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
