@@ -30,6 +30,7 @@ from reasoning_rl.config_checks import (
 )
 from reasoning_rl.errors import UserError
 from reasoning_rl.health.config import HealthConfig
+from reasoning_rl.inert_settings import inert_problems
 from reasoning_rl.inject import InjectConfig
 from reasoning_rl.policy.loading import TINY, ModelConfig
 from reasoning_rl.policy.lora import lora_problems
@@ -260,7 +261,7 @@ def validate(cfg: TrainConfig) -> None:
     problems += cfg.rollout.inject.problems(cfg.rollout.backend, cfg.trainer.fsdp)
     problems += async_problems(cfg)
     problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
-    problems += cfg.trainer.health.problems()
+    problems += cfg.trainer.health.problems() + inert_problems(cfg)
     problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
     if cfg.warmstart.enabled and (problem := mask_observations_problem(cfg.warmstart, cfg.task.env)):
         problems.append(problem)
