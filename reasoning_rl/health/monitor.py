@@ -133,12 +133,11 @@ class HealthSink:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / HEALTH_FILE
         self.monitor = HealthMonitor.from_config(cfg)
-        if resume_step is None:
-            self.path.unlink(missing_ok=True)
-        else:
-            _keep_rows_up_to(self.path, resume_step)
-            for row in earlier:
-                self.monitor.observe(int(row["step"]), row)
+        # An empty health.jsonl and "health": [] in status.json say the rules ran and nothing fired.
+        _keep_rows_up_to(self.path, resume_step or 0)
+        for row in earlier:
+            self.monitor.observe(int(row["step"]), row)
+        _record_open(self.run_dir, self.monitor.open_warnings())
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         events = self.monitor.observe(step, metrics)
@@ -166,8 +165,9 @@ def _record_open(run_dir: Path, warnings: list[dict[str, Any]]) -> None:
 
 
 def _keep_rows_up_to(path: Path, step: int) -> None:
+    """health.jsonl with the rows up to ``step`` (none on a fresh start), created when missing."""
     from reasoning_rl.atomic import atomic_write_text
 
-    if path.exists():
-        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        atomic_write_text(path, "".join(line + "\n" for line in kept))
+    text = path.read_text() if path.exists() else ""
+    kept = [line for line in text.splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
