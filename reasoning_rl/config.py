@@ -38,6 +38,8 @@ from reasoning_rl.policy.precision import precision_problems
 from reasoning_rl.policy.runtime import SETTINGS as RUNTIME_SETTINGS
 from reasoning_rl.retention import RetentionConfig
 from reasoning_rl.tasks import TaskConfig
+from reasoning_rl.trackers.base import TrackingConfig
+from reasoning_rl.trackers.registry import logger_problems
 
 
 @dataclass
@@ -110,7 +112,12 @@ class TrainerConfig:
     log_completions: bool = True
     """Write every completion with its reward and advantage to completions.jsonl."""
     tensorboard: bool = True
-    """Also log to TensorBoard when it is installed."""
+    """Also log to TensorBoard when it is installed (and ``tensorboard`` is in ``loggers``)."""
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers besides metrics.jsonl: tensorboard, wandb (extra .[wandb]), mlflow (extra .[mlflow]);
+    reasoning_rl.trackers, docs/trackers.md."""
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Where wandb and mlflow write: project, run name, MLflow URI, W&B mode (docs/trackers.md)."""
     progress_bar: bool = True
     """Show a tqdm progress bar."""
     num_threads: int | None = None
@@ -261,7 +268,7 @@ def validate(cfg: TrainConfig) -> None:
     problems += cfg.rollout.inject.problems(cfg.rollout.backend, cfg.trainer.fsdp)
     problems += async_problems(cfg)
     problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
-    problems += cfg.trainer.health.problems() + inert_problems(cfg)
+    problems += cfg.trainer.health.problems() + inert_problems(cfg) + logger_problems(cfg.trainer.loggers)
     problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
     if cfg.warmstart.enabled and (problem := mask_observations_problem(cfg.warmstart, cfg.task.env)):
         problems.append(problem)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,6 +133,8 @@ class HealthSink:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / HEALTH_FILE
         self.monitor = HealthMonitor.from_config(cfg)
+        self.listeners: list[Callable[[int, list[dict[str, Any]]], None]] = []
+        """Called with each step's event rows (the trackers: reasoning_rl.run_log)."""
         # An empty health.jsonl and "health": [] in status.json say the rules ran and nothing fired.
         _keep_rows_up_to(self.path, resume_step or 0)
         for row in earlier:
@@ -148,6 +150,8 @@ class HealthSink:
                 f.write(json.dumps(event.row()) + "\n")
         for event in events:
             (log.warning if event.event == "fired" else log.info)(event.line())
+        for listener in self.listeners:
+            listener(step, [e.row() for e in events])
         _record_open(self.run_dir, self.monitor.open_warnings())
         stops = [e for e in events if e.event == "fired" and e.rule in self.cfg.stop_on]
         if stops:
