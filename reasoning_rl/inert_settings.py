@@ -92,6 +92,13 @@ INERT: tuple[Inert, ...] = (
                 "vllm_dtype", "vllm_max_model_len", "vllm_enforce_eager", "vllm_check_logprobs")),
     *(Inert(f"trainer.health.{k}", "trainer.health.enabled=true", lambda c: c.trainer.health.enabled)
       for k in ("stop_on", "disable", "thresholds")),
+    *(Inert(f"trainer.tracking.{k}", "trainer.loggers has wandb or mlflow",
+            lambda c: bool({"wandb", "mlflow"} & set(c.trainer.loggers)), fix="add wandb or mlflow to trainer.loggers")
+      for k in ("project", "run_name")),
+    Inert("trainer.tracking.mlflow_tracking_uri", "trainer.loggers has mlflow", lambda c: "mlflow" in c.trainer.loggers,
+          fix="add mlflow to trainer.loggers"),
+    Inert("trainer.tracking.wandb_mode", "trainer.loggers has wandb", lambda c: "wandb" in c.trainer.loggers,
+          fix="add wandb to trainer.loggers"),
 )
 """Every setting that acts only under a condition; a test walks the table (tests/reasoning_rl/test_inert_settings.py)."""
 

@@ -34,6 +34,9 @@ ENABLE = {
     "warmstart.enabled=true": lambda c: setattr(c.warmstart, "enabled", True),
     "rollout.backend=vllm": lambda c: setattr(c.rollout, "backend", "vllm"),
     "trainer.health.enabled=true": lambda c: setattr(c.trainer.health, "enabled", True),
+    "trainer.loggers has wandb or mlflow": lambda c: setattr(c.trainer, "loggers", ["mlflow"]),
+    "trainer.loggers has mlflow": lambda c: setattr(c.trainer, "loggers", ["mlflow"]),
+    "trainer.loggers has wandb": lambda c: setattr(c.trainer, "loggers", ["wandb"]),
 }
 """Each row's condition, made to hold."""
 
@@ -48,7 +51,9 @@ CHANGED = {"algo.kl_estimator": "k1", "algo.kl_placement": "reward", "warmstart.
            "rollout.vllm_dtype": "bfloat16", "trainer.health.stop_on": [], "trainer.health.disable": ["tamper"],
            "trainer.health.thresholds": {"truncation": 0.3}, "task.audit.options": {"strict": True},
            "evaluation.retention.split": "test", "evaluation.retention.data_file": "x.jsonl",
-           "evaluation.retention.stop": ["\n"], "rollout.vllm_sleep_mode": True, "rollout.vllm_max_model_len": 512}
+           "evaluation.retention.stop": ["\n"], "rollout.vllm_sleep_mode": True, "rollout.vllm_max_model_len": 512,
+           "trainer.tracking.run_name": "r1", "trainer.tracking.mlflow_tracking_uri": "http://127.0.0.1:5000",
+           "trainer.tracking.wandb_mode": "offline"}
 """A value other than the default, where the type's rule below does not give one."""
 
 
