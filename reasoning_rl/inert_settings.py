@@ -91,7 +91,7 @@ INERT: tuple[Inert, ...] = (
       for k in ("vllm_gpu_memory_utilization", "vllm_sleep_mode", "vllm_sleep_level", "vllm_sync_timeout",
                 "vllm_dtype", "vllm_max_model_len", "vllm_enforce_eager", "vllm_check_logprobs")),
     *(Inert(f"trainer.health.{k}", "trainer.health.enabled=true", lambda c: c.trainer.health.enabled)
-      for k in ("stop_on", "disable", "thresholds")),
+      for k in ("stop_on", "disable", "thresholds", "preflight")),
     *(Inert(f"trainer.tracking.{k}", "trainer.loggers has wandb or mlflow",
             lambda c: bool({"wandb", "mlflow"} & set(c.trainer.loggers)), fix="add wandb or mlflow to trainer.loggers")
       for k in ("project", "run_name")),

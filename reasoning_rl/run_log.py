@@ -10,13 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from reasoning_rl.health.monitor import HealthSink
+from reasoning_rl.health.preflight import run_preflight, should_run
 from reasoning_rl.metrics_log import MetricsLogger, MetricsSink, read_metrics
 from reasoning_rl.trackers.registry import open_trackers
 
 
-def open_run_log(cfg: Any, run_dir: Path, resume_step: int | None, enabled: bool) -> MetricsLogger:
+def open_run_log(cfg: Any, run_dir: Path, resume_step: int | None, enabled: bool, ctx: Any = None) -> MetricsLogger:
     """The logger of a run (``cfg``: its TrainConfig). ``resume_step``: metrics after it are dropped
-    and the sinks continue from those kept; ``enabled=False`` (ranks other than 0) writes nothing."""
+    and the sinks continue from those kept; ``enabled=False`` (ranks other than 0) writes nothing.
+    ``ctx`` (the algorithm's RunContext): a fresh run's first batch is read by the preflight
+    (reasoning_rl.health.preflight) before any update."""
     tensorboard = cfg.trainer.tensorboard and "tensorboard" in cfg.trainer.loggers
     logger = MetricsLogger(run_dir, tensorboard=tensorboard, resume_step=resume_step, enabled=enabled)
     if not enabled:
@@ -29,6 +32,8 @@ def open_run_log(cfg: Any, run_dir: Path, resume_step: int | None, enabled: bool
         health = HealthSink(cfg.trainer.health, Path(run_dir), resume_step, earlier)
         health.listeners += [t.health for t in trackers]
         sinks.append(health)
+        if should_run(cfg, ctx, resume_step):
+            run_preflight(ctx, cfg, Path(run_dir))
     logger.add_sinks(sinks)
     return logger
 

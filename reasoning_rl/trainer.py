@@ -305,7 +305,7 @@ class Trainer:
         self.kl_probe = self._kl_probe()
         # A fresh start keeps no metrics of an earlier attempt in this folder; a resumed run
         # drops those written after its checkpoint, so the log has each step once.
-        logger = open_run_log(cfg, self.run_dir, resume_step=self.step, enabled=main)  # + trackers, health rules
+        logger = open_run_log(cfg, self.run_dir, self.step, main, self.context)  # + trackers, health, preflight
         before_path = self.run_dir / "eval_before.json"
         # Decided on rank 0 (the one that writes the file) so that every rank meets the same barriers.
         if distributed.broadcast_object(bool(self.eval_examples) and (self.resume_from is None

@@ -13,6 +13,9 @@ class HealthConfig:
 
     enabled: bool = True
     """Check the rules every step (health.jsonl, the log, status.json's ``health``)."""
+    preflight: bool = True
+    """Before step 1, sample and score step 1's batch and warn about truncation, zero-variance groups,
+    unscorable answers and prompts too long for the context (reasoning_rl.health.preflight)."""
     stop_on: list[str] = field(default_factory=lambda: ["non_finite"])
     """Rules whose firing stops the run: status ``failed`` with cause ``health:<rule>``, exit code 2."""
     disable: list[str] = field(default_factory=list)
