@@ -169,11 +169,14 @@ def with_heldout_ends(metrics: list[dict[str, Any]], before: Mapping[str, Any], 
     return sorted([*metrics, *rows], key=lambda m: m["step"])
 
 
-def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
-                         panels: tuple[Panel, ...] = DASHBOARD) -> Path | None:
+def plot_training_curves(metrics: list[dict[str, Any]], path: Path, panels: tuple[Panel, ...] = DASHBOARD,
+                         health: list[dict[str, Any]] | None = None) -> Path | None:
     """``reward_curve.png``: the run at a glance, one panel per entry of ``panels`` the run logged,
     three to a row. A series of ``SMOOTH_FROM`` points or more is drawn faint with its moving
     average on top; one logged every N steps only (held-out accuracy, KL to base) with markers.
+    Each health rule that fired (``health``: health.jsonl's rows; by default those of the
+    health.jsonl next to ``path``) is a red dotted line at its step on every panel, named on
+    the panels that draw one of its keys (on the first panel when none does).
     None (no file) when the run logged none of the keys."""
     import matplotlib
 
@@ -187,7 +190,13 @@ def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
     rows = math.ceil(len(present) / cols)
     all_steps = {m["step"] for m in metrics}
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.2 * rows), squeeze=False)
-    for ax, (title, series) in zip(axes.flat, present):
+    marks = health_marks(_health_rows(Path(path)) if health is None else health, present)
+    for i, (ax, (title, series)) in enumerate(zip(axes.flat, present)):
+        for step, label in marks[i]:
+            ax.axvline(step, color="tab:red", linestyle=":", alpha=0.7, linewidth=1)
+            if label:
+                ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), fontsize=7,
+                            color="tab:red", rotation=90, va="top", ha="right")
         for (key, label), style in zip(series, ("-", "--", ":")):  # dashed second: equal curves stay visible
             points = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
             steps, values = (list(x) for x in zip(*points))
@@ -211,6 +220,25 @@ def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
     plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())
     return Path(path)
+
+
+def _health_rows(png: Path) -> list[dict[str, Any]]:
+    """The rows of the health.jsonl beside the picture (reasoning_rl.health), none without one."""
+    path = png.parent / "health.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def health_marks(rows: list[dict[str, Any]],
+                 present: list[tuple[str, list[tuple[str, str]]]]) -> list[list[tuple[int, str | None]]]:
+    """Per panel of ``present``, the (step, label) of each health rule that fired: every panel marks the
+    step; the label (the rule's name) goes on the panels drawing one of its keys, or the first when none does."""
+    keys = [{key for key, _ in series} for _, series in present]
+    marks: list[list[tuple[int, str | None]]] = [[] for _ in present]
+    for row in (r for r in rows if r.get("event") == "fired"):
+        shown = [i for i, k in enumerate(keys) if k & set(row.get("keys", ()))] or [0]
+        for i in range(len(present)):
+            marks[i].append((row["step"], row["rule"] if i in shown else None))
+    return marks
 
 
 def _moving_average(values: list[float], window: int) -> list[float]:
