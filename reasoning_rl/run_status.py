@@ -34,8 +34,10 @@ STATUS_FILE = "status.json"
 CARRIED_KEYS = ("health",)
 """Fields a record keeps from the previous one when the run ends (not when it starts again)."""
 
-IGNORED_KEYS = ("trainer.resume", "trainer.output_dir", "trainer.progress_bar")
-"""Settings that may differ between a run and its relaunch (they do not change its result)."""
+IGNORED_KEYS = ("trainer.resume", "trainer.output_dir", "trainer.progress_bar", "trainer.health", "trainer.loggers",
+                "trainer.tracking", "trainer.tensorboard")
+"""Settings that may differ between a run and its relaunch (they do not change its result: the health
+rules and trackers only read the metrics; a folder written before they existed has none of them)."""
 
 
 def read_status(run_dir: str | Path) -> dict[str, Any] | None:

@@ -92,3 +92,16 @@ def test_a_rule_in_stop_on_stops_a_real_run_failed_with_the_rule_as_cause(tmp_pa
     assert [(r["step"], r["rule"]) for r in _rows(run_dir / "health.jsonl")] == [(10, "truncation")]
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 11))  # the step that stopped it is logged
+
+
+def test_a_folder_trained_before_the_rules_existed_can_be_resumed_with_them():
+    from dataclasses import asdict
+
+    from reasoning_rl.config import TrainConfig
+    from reasoning_rl.run_status import config_differences
+
+    new = asdict(TrainConfig())
+    old = {**new, "trainer": {k: v for k, v in new["trainer"].items() if k not in ("health", "loggers", "tracking")}}
+    assert config_differences(old, new) == []
+    new["trainer"]["health"]["stop_on"] = ["non_finite", "kl_runaway"]
+    assert config_differences(old, new) == []
