@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reasoning_rl.errors import UserError
 from reasoning_rl.trackers.base import Guarded, Tracker, TrackingConfig
 
 log = logging.getLogger("reasoning_rl.trackers")
@@ -89,7 +90,14 @@ def open_trackers(names: Sequence[str], cfg: TrackingConfig, run_dir: Path, conf
         entry = TRACKERS[name]
         if entry.open is None:
             continue
-        tracker = entry.open(run_dir, cfg, config, ids.get(name), group)
+        try:
+            tracker = entry.open(run_dir, cfg, config, ids.get(name), group)
+        except UserError:  # bad input found at start (an MLflow server that does not answer): one line, exit 2
+            raise
+        except Exception as exc:  # any other failure to start: warned once, the run goes on without it
+            log.warning("tracker %s could not start (%s: %s); the run goes on without it (metrics.jsonl is "
+                        "complete)", name, type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "")
+            continue
         ids[name] = tracker.run_id
         out.append(Guarded(name, tracker))
     if out:

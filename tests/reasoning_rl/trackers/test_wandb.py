@@ -75,3 +75,14 @@ def test_a_resumed_run_continues_the_same_wandb_run(tmp_path):
     assert {_of(r, "run")[0].run_id for r in runs} == {first.tracker.run_id} == {again.tracker.run_id}
     assert [_of(r, "run")[0].run_group for r in runs] == ["sweep-1", "sweep-1"]
     assert [row["reward/mean"] for r in runs for row in history(r)] == [0.25, 0.5]
+
+
+def test_a_tracker_that_cannot_start_is_warned_about_once_and_the_run_goes_on(tmp_path, caplog):
+    import logging
+
+    # W&B refuses an unknown mode when it starts: the run goes on with the other trackers.
+    tracking = TrackingConfig(project="rr-test", wandb_mode="no-such-mode")
+    with caplog.at_level(logging.WARNING, logger="reasoning_rl.trackers"):
+        assert open_trackers(["tensorboard", "wandb"], tracking, tmp_path, {}, resume=False, group=None) == []
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith("tracker wandb could not start (")
