@@ -60,8 +60,9 @@ TRACKERS: dict[str, TrackerEntry] = {
 }
 
 
-def logger_problems(names: Sequence[str]) -> list[str]:
-    """Unknown names (with the known ones) and missing packages (with the extra) of ``trainer.loggers``."""
+def logger_problems(names: Sequence[str], tracking: TrackingConfig | None = None) -> list[str]:
+    """Unknown names (with the known ones) and missing packages (with the extra) of ``trainer.loggers``;
+    with ``tracking``, an MLflow server that does not answer (checked before the run writes anything)."""
     out = []
     for name in names:
         entry = TRACKERS.get(name)
@@ -72,6 +73,13 @@ def logger_problems(names: Sequence[str]) -> list[str]:
         elif entry.open is not None and importlib.util.find_spec(entry.package) is None:
             out.append(f"trainer.loggers=[{name}] needs the {entry.package} package: pip install "
                        f"\"reasoning-rl[{entry.extra}]\" (or pip install -e \".[{entry.extra}]\")")
+        elif name == "mlflow" and tracking is not None:
+            from reasoning_rl.trackers.mlflow_tracker import check_reachable, tracking_uri
+
+            try:
+                check_reachable(tracking_uri(tracking))
+            except UserError as exc:
+                out.append(str(exc))
     return out
 
 

@@ -86,7 +86,7 @@ def test_a_server_that_goes_away_is_warned_about_once_and_never_stops_the_run(tm
     assert len(warnings) == 1 and warnings[0].startswith("tracker mlflow failed (log: ")
 
 
-def test_an_unreachable_tracking_uri_stops_the_command_before_the_first_step(tmp_path):
+def test_an_unreachable_tracking_uri_stops_the_command_before_anything_is_written(tmp_path):
     run_dir = tmp_path / "run"
     uri = f"http://127.0.0.1:{free_port()}"
     out = subprocess.run([sys.executable, "-m", "reasoning_rl.cli", *TINY, "trainer.loggers=[mlflow]",
@@ -96,5 +96,5 @@ def test_an_unreachable_tracking_uri_stops_the_command_before_the_first_step(tmp
     assert out.returncode == 2, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith(
-        f"{PROG}trainer.loggers=[mlflow]: the MLflow server {uri} does not answer (")
-    assert not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text().strip()
+        f"{PROG}invalid configuration: trainer.loggers=[mlflow]: the MLflow server {uri} does not answer (")
+    assert not run_dir.exists()  # refused with the other settings, before anything is written
