@@ -275,8 +275,8 @@ def _run_training(cfg: DictConfig) -> float:
         if main:
             stage = "finishing"
             write_status(run_dir, "finished", wall_s=time.perf_counter() - t0, steps=train_cfg.trainer.steps)
+            print_summary(run_dir, summary)  # writes eval_table.md
             finish_trackers(run_dir, "finished")  # the run folder's files to wandb/mlflow, their runs ended
-            print_summary(run_dir, summary)
     except BaseException as exc:
         # Any failing rank records it (the others may be stuck in a collective, or killed by torchrun).
         # Never raises: a full disk must not hide the error that stopped the run.

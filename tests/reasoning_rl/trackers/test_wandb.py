@@ -86,3 +86,18 @@ def test_a_tracker_that_cannot_start_is_warned_about_once_and_the_run_goes_on(tm
         assert open_trackers(["tensorboard", "wandb"], tracking, tmp_path, {}, resume=False, group=None) == []
     [warning] = [r.getMessage() for r in caplog.records]
     assert warning.startswith("tracker wandb could not start (")
+
+
+def test_the_runs_of_a_sweep_form_one_wandb_group_with_their_files(tmp_path):
+    from tests.reasoning_rl.test_sweeps import _sweep
+
+    sweep = tmp_path / "sweep"
+    out = _sweep(sweep, "trainer.seed=0,1", "trainer.loggers=[wandb]", "trainer.tracking.wandb_mode=offline")
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = [read_records(p) for p in sorted(sweep.glob("*/seed=*/wandb/offline-run-*/run-*.wandb"))]
+    assert len(runs) == 2
+    assert {_of(r, "run")[0].run_group for r in runs} == {str(sweep)}
+    for records in runs:  # the CLI sent the files once the run ended: eval table and the dashboard included
+        [artifact] = _of(records, "artifact")
+        assert {"config.yaml", "eval_table.md", "reward_curve.png", "status.json"} <= {
+            c.path for c in artifact.manifest.contents}
