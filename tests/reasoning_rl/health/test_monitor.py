@@ -89,7 +89,8 @@ def test_a_rule_in_stop_on_stops_a_real_run_failed_with_the_rule_as_cause(tmp_pa
     status = read_status(run_dir)
     assert (status["status"], status["cause"], status["stage"]) == ("failed", "health:truncation", "training")
     assert [w["rule"] for w in status["health"]] == ["truncation"]
-    assert [(r["step"], r["rule"]) for r in _rows(run_dir / "health.jsonl")] == [(10, "truncation")]
+    rows = _rows(run_dir / "health.jsonl")  # the preflight's findings (step 0) first, then the rule that stopped it
+    assert [(r["step"], r["rule"]) for r in rows if r["event"] == "fired"] == [(10, "truncation")]
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 11))  # the step that stopped it is logged
 

@@ -8,7 +8,7 @@ import pytest
 from reasoning_rl.metrics_log import read_metrics
 from reasoning_rl.trackers import TrackingConfig, finish_trackers, open_trackers
 from tests.reasoning_rl.conftest import _train, tiny_config
-from tests.reasoning_rl.trackers.wandb_offline import history, read_records
+from tests.reasoning_rl.trackers.wandb_offline import history, read_finished_run
 
 pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install -e '.[wandb]'; .ci/trackers.sh)")
 
@@ -21,7 +21,7 @@ def _quiet_offline(monkeypatch):
 
 def _runs(run_dir):
     """The offline run files under the run folder, oldest first, read back."""
-    return [read_records(p) for p in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb"))]
+    return [read_finished_run(p) for p in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb"))]
 
 
 def _of(records, kind):
@@ -94,7 +94,7 @@ def test_the_runs_of_a_sweep_form_one_wandb_group_with_their_files(tmp_path):
     sweep = tmp_path / "sweep"
     out = _sweep(sweep, "trainer.seed=0,1", "trainer.loggers=[wandb]", "trainer.tracking.wandb_mode=offline")
     assert out.returncode == 0, out.stderr[-3000:]
-    runs = [read_records(p) for p in sorted(sweep.glob("*/seed=*/wandb/offline-run-*/run-*.wandb"))]
+    runs = [read_finished_run(p) for p in sorted(sweep.glob("*/seed=*/wandb/offline-run-*/run-*.wandb"))]
     assert len(runs) == 2
     assert {_of(r, "run")[0].run_group for r in runs} == {str(sweep)}
     for records in runs:  # the CLI sent the files once the run ended: eval table and the dashboard included

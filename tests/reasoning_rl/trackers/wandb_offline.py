@@ -27,6 +27,8 @@ def read_records(path: Path) -> list:
             pos += left
             continue
         _crc, length, kind = struct.unpack("<IHB", raw[pos:pos + HEADER])
+        if pos + HEADER + length > len(raw):  # a record still being written
+            break
         data = raw[pos + HEADER:pos + HEADER + length]
         pos += HEADER + length
         if kind in (FULL, FIRST):
@@ -38,6 +40,19 @@ def read_records(path: Path) -> list:
             record.ParseFromString(pending)
             out.append(record)
     return out
+
+
+def read_finished_run(path: Path, timeout: float = 60.0) -> list:
+    """The records of a finished run: ``run.finish()`` can return before wandb-core has written the
+    last records, so the file is read again until its ``exit`` record is there."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        records = read_records(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
 
 
 def history(records: list) -> list[dict[str, float]]:
