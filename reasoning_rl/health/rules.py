@@ -108,7 +108,7 @@ RULES: tuple[Rule, ...] = (
          0.0, 1, "a loss or gradient norm is NaN/inf: the weights are lost from here on; lower algo.learning_rate, "
          "use trainer.precision=fp32, resume from the last checkpoint", unless_rises="precision/skipped_steps"),
     Rule("truncation", ("completion/truncated_fraction",), "above", 0.5, 10,
-         "over half the completions hit rollout.max_new_tokens, and a cut answer scores 0: raise "
+         "over half the completions hit rollout.max_new_tokens, and a cut answer often scores 0: raise "
          "rollout.max_new_tokens or ask for shorter answers in task.prompt_template"),
     Rule("zero_variance", ("groups/zero_std_fraction",), "above", 0.95, 20,
          "nearly every group has one reward for all its samples, so its advantage and loss are 0: the task is "

@@ -55,6 +55,10 @@ def test_every_rule_has_a_crafted_stream_and_a_documented_section():
     doc = (REPO_ROOT / "docs" / "health.md").read_text()
     for rule in RULES:
         assert f"### {rule.name}" in doc, f"docs/health.md has no section for {rule.name}"
+        row = f"| [`{rule.name}`](#{rule.name}) | {', '.join(f'`{k}`' for k in rule.keys)} | {rule.test} | " \
+              f"{rule.threshold:g} | {rule.window} |"
+        assert row in doc, f"docs/health.md's table differs from RULES for {rule.name}: {row}"
+        assert rule.advice[1:] in doc, f"docs/health.md's section of {rule.name} is not its advice"
         assert rule.test in TESTS and rule.advice and "\n" not in rule.advice
 
 
