@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 STATUS_FILE = "status.json"
 
-CARRIED_KEYS = ("health",)
+CARRIED_KEYS = ("health", "preflight")
 """Fields a record keeps from the previous one when the run ends (not when it starts again)."""
 
 IGNORED_KEYS = ("trainer.resume", "trainer.output_dir", "trainer.progress_bar", "trainer.health", "trainer.loggers",

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from reasoning_rl.health import HealthConfig, HealthSink, HealthStop
-from reasoning_rl.run_status import read_status, write_status
+from reasoning_rl.run_status import read_status, update_status, write_status
 from tests.reasoning_rl.test_cli_errors import PROG, TINY
 
 
@@ -41,8 +41,10 @@ def test_open_warnings_stay_in_status_json_when_the_run_ends_and_not_when_it_res
     sink = HealthSink(HealthConfig(), tmp_path)
     for step in range(1, 11):  # zero_variance needs 20 steps, truncation 10
         sink.log(step, {"groups/zero_std_fraction": 1.0, "completion/truncated_fraction": 0.6})
+    update_status(tmp_path, preflight=[{"rule": "zero_variance"}])
     write_status(tmp_path, "finished", steps=10)
     assert [w["rule"] for w in read_status(tmp_path)["health"]] == ["truncation"]
+    assert read_status(tmp_path)["preflight"] == [{"rule": "zero_variance"}]
     write_status(tmp_path, "running")
     assert "health" not in read_status(tmp_path)
 
