@@ -268,7 +268,8 @@ def validate(cfg: TrainConfig) -> None:
     problems += cfg.rollout.inject.problems(cfg.rollout.backend, cfg.trainer.fsdp)
     problems += async_problems(cfg)
     problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
-    problems += cfg.trainer.health.problems() + inert_problems(cfg) + logger_problems(cfg.trainer.loggers, cfg.trainer.tracking)
+    problems += cfg.trainer.health.problems() + inert_problems(cfg)
+    problems += logger_problems(cfg.trainer.loggers, cfg.trainer.tracking)
     problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
     if cfg.warmstart.enabled and (problem := mask_observations_problem(cfg.warmstart, cfg.task.env)):
         problems.append(problem)
