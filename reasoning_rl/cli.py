@@ -50,6 +50,7 @@ from reasoning_rl.run_status import (
     record_failure,
     write_status,
 )
+from reasoning_rl.trackers import finish_trackers
 
 log = logging.getLogger("reasoning_rl")
 
@@ -263,12 +264,14 @@ def _run_in_folder(cfg: DictConfig, resolved: dict, train_cfg: TrainConfig, run_
         if main:
             stage = "finishing"
             write_status(run_dir, "finished", wall_s=time.perf_counter() - t0, steps=train_cfg.trainer.steps)
-            print_summary(run_dir, summary)
+            print_summary(run_dir, summary)  # writes eval_table.md
+            finish_trackers(run_dir, "finished")  # the run folder's files to wandb/mlflow, their runs ended
     except BaseException as exc:
         # Any failing rank records it (the others may be stuck in a collective, or killed by torchrun).
         # Never raises: a full disk must not hide the error that stopped the run.
         rank = {"rank": distributed.rank()} if distributed.is_distributed() else {}
         record_failure(run_dir, exc, stage=stage, wall_s=time.perf_counter() - t0, **rank)
+        finish_trackers(run_dir, "failed")
         full = full_disk_error(run_dir, exc)
         if full is not None:
             raise full from exc

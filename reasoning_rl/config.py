@@ -32,6 +32,8 @@ from reasoning_rl.config_checks import (
 )
 from reasoning_rl.config_choices import TRAIN_CHOICES
 from reasoning_rl.errors import UserError
+from reasoning_rl.health.config import HealthConfig
+from reasoning_rl.inert_settings import inert_problems
 from reasoning_rl.inject import InjectConfig
 from reasoning_rl.policy.lm_head import resolve_chunk
 from reasoning_rl.policy.loading import TINY, ModelConfig
@@ -40,6 +42,8 @@ from reasoning_rl.policy.precision import precision_problems
 from reasoning_rl.policy.runtime import SETTINGS as RUNTIME_SETTINGS
 from reasoning_rl.retention import RetentionConfig
 from reasoning_rl.tasks import TaskConfig
+from reasoning_rl.trackers.base import TrackingConfig
+from reasoning_rl.trackers.registry import logger_problems
 
 
 @dataclass
@@ -115,7 +119,12 @@ class TrainerConfig:
     log_completions: bool = True
     """Write every completion with its reward and advantage to completions.jsonl."""
     tensorboard: bool = True
-    """Also log to TensorBoard when it is installed."""
+    """Also log to TensorBoard when it is installed (and ``tensorboard`` is in ``loggers``)."""
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers besides metrics.jsonl: tensorboard, wandb (extra .[wandb]), mlflow (extra .[mlflow]);
+    reasoning_rl.trackers, docs/trackers.md."""
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Where wandb and mlflow write: project, run name, MLflow URI, W&B mode (docs/trackers.md)."""
     progress_bar: bool = True
     """Show a tqdm progress bar."""
     num_threads: int | None = None
@@ -142,6 +151,9 @@ class TrainerConfig:
     precision: str = "fp32"
     """Compute precision of the training forward: fp32, bf16 (autocast) or fp16 (autocast + loss
     scaling); master weights and optimiser states stay float32 (reasoning_rl.policy.precision, docs/lora.md)."""
+    health: HealthConfig = field(default_factory=HealthConfig)
+    """Health rules read every step's metrics and warn (or stop the run) on the known silent failures:
+    truncation, zero-variance groups, entropy collapse, KL runaway, NaN... (reasoning_rl.health, docs/health.md)."""
 
 
 @dataclass
@@ -269,6 +281,8 @@ def validate(cfg: TrainConfig) -> None:
     problems += cfg.rollout.inject.problems(cfg.rollout.backend, cfg.trainer.fsdp)
     problems += async_problems(cfg)
     problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
+    problems += cfg.trainer.health.problems() + inert_problems(cfg)
+    problems += logger_problems(cfg.trainer.loggers, cfg.trainer.tracking)
     problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
     if cfg.warmstart.enabled and (problem := mask_observations_problem(cfg.warmstart, cfg.task.env)):
         problems.append(problem)

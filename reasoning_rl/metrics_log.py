@@ -10,22 +10,34 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
 
 
+class MetricsSink(Protocol):
+    """Something that reads every step's metrics after metrics.jsonl holds them: the health monitor
+    (reasoning_rl.health), an experiment tracker (reasoning_rl.trackers). Its values are as computed
+    (a NaN stays NaN); it may raise to stop the run (the health rules of ``trainer.health.stop_on``)."""
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class MetricsLogger:
-    """Appends one JSON object per step to ``metrics.jsonl``; mirrors scalars to TensorBoard.
+    """Appends one JSON object per step to ``metrics.jsonl``; mirrors scalars to TensorBoard; then
+    hands the step to each of ``sinks`` (reasoning_rl.run_log builds them from the config).
     ``enabled=False`` (data-parallel ranks other than 0) touches no file: every call is a no-op."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None,
                  enabled: bool = True) -> None:
         self.enabled = enabled
         self._tb = None
+        self.sinks: list[MetricsSink] = []
         if not enabled:
             return
         self.run_dir = Path(run_dir)
@@ -55,6 +67,14 @@ class MetricsLogger:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key != "step" and math.isfinite(value):
                     self._tb.add_scalar(key, value, step)
+        if self.sinks:
+            raw = {k: _scalar(v) for k, v in metrics.items()}
+            for sink in self.sinks:
+                sink.log(step, raw)
+
+    def add_sinks(self, sinks: Sequence[MetricsSink]) -> None:
+        if self.enabled:
+            self.sinks.extend(sinks)
 
     def log_completions(self, step: int, rows: Iterable[Mapping[str, Any]]) -> None:
         if not self.enabled:
@@ -66,6 +86,8 @@ class MetricsLogger:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -82,9 +104,15 @@ def _truncate_after_step(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
-def _plain(value: Any) -> Any:
+def _scalar(value: Any) -> Any:
+    """A 0-d tensor or array as its Python number; anything else unchanged."""
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        value = value.item()
+        return value.item()
+    return value
+
+
+def _plain(value: Any) -> Any:
+    value = _scalar(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
@@ -141,11 +169,14 @@ def with_heldout_ends(metrics: list[dict[str, Any]], before: Mapping[str, Any], 
     return sorted([*metrics, *rows], key=lambda m: m["step"])
 
 
-def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
-                         panels: tuple[Panel, ...] = DASHBOARD) -> Path | None:
+def plot_training_curves(metrics: list[dict[str, Any]], path: Path, panels: tuple[Panel, ...] = DASHBOARD,
+                         health: list[dict[str, Any]] | None = None) -> Path | None:
     """``reward_curve.png``: the run at a glance, one panel per entry of ``panels`` the run logged,
     three to a row. A series of ``SMOOTH_FROM`` points or more is drawn faint with its moving
     average on top; one logged every N steps only (held-out accuracy, KL to base) with markers.
+    Each health rule that fired (``health``: health.jsonl's rows; by default those of the
+    health.jsonl next to ``path``) is a red dotted line at its step on every panel, named on
+    the panels that draw one of its keys (on the first panel when none does).
     None (no file) when the run logged none of the keys."""
     import matplotlib
 
@@ -159,7 +190,13 @@ def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
     rows = math.ceil(len(present) / cols)
     all_steps = {m["step"] for m in metrics}
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.2 * rows), squeeze=False)
-    for ax, (title, series) in zip(axes.flat, present):
+    marks = health_marks(_health_rows(Path(path)) if health is None else health, present)
+    for i, (ax, (title, series)) in enumerate(zip(axes.flat, present)):
+        for step, label in marks[i]:
+            ax.axvline(step, color="tab:red", linestyle=":", alpha=0.7, linewidth=1)
+            if label:
+                ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), fontsize=7,
+                            color="tab:red", rotation=90, va="top", ha="right")
         for (key, label), style in zip(series, ("-", "--", ":")):  # dashed second: equal curves stay visible
             points = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
             steps, values = (list(x) for x in zip(*points))
@@ -183,6 +220,25 @@ def plot_training_curves(metrics: list[dict[str, Any]], path: Path,
     plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())
     return Path(path)
+
+
+def _health_rows(png: Path) -> list[dict[str, Any]]:
+    """The rows of the health.jsonl beside the picture (reasoning_rl.health), none without one."""
+    path = png.parent / "health.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def health_marks(rows: list[dict[str, Any]],
+                 present: list[tuple[str, list[tuple[str, str]]]]) -> list[list[tuple[int, str | None]]]:
+    """Per panel of ``present``, the (step, label) of each health rule that fired: every panel marks the
+    step; the label (the rule's name) goes on the panels drawing one of its keys, or the first when none does."""
+    keys = [{key for key, _ in series} for _, series in present]
+    marks: list[list[tuple[int, str | None]]] = [[] for _ in present]
+    for row in (r for r in rows if r.get("event") == "fired"):
+        shown = [i for i, k in enumerate(keys) if k & set(row.get("keys", ()))] or [0]
+        for i in range(len(present)):
+            marks[i].append((row["step"], row["rule"] if i in shown else None))
+    return marks
 
 
 def _moving_average(values: list[float], window: int) -> list[float]:

@@ -9,7 +9,8 @@ seed, status (``finished``, ``failed`` with its error, or ``incomplete``: killed
 running), steps done, final training reward and KL (means over the last tenth of the
 steps), held-out accuracy before and after, completion tokens per second, wall time, and
 memory: the training state (parameters, gradients, optimiser states of every model held,
-``reasoning_rl.memory``) and the peak resident memory; when a run audited its verifier
+``reasoning_rl.memory``) and the peak resident memory; what the health rules said (docs/health.md:
+``ok``, the rules that fired, the preflight's findings); when a run audited its verifier
 (``task.audit``), the mean ``audit/disagree_rate`` and the summed disagreements of each kind.
 No run is dropped: a run without metrics is still listed with its status.
 
@@ -34,7 +35,6 @@ import argparse
 import csv
 import io
 import json
-import math
 import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -45,6 +45,11 @@ import yaml
 
 from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
 from reasoning_rl.config_checks import ConfigError
+from reasoning_rl.health.summary import health_summary
+from reasoning_rl.metric_means import finite as _finite
+from reasoning_rl.metric_means import head_mean as _head_mean
+from reasoning_rl.metric_means import mean as _mean
+from reasoning_rl.metric_means import tail_mean as _tail_mean
 from reasoning_rl.metrics_log import read_metrics
 from reasoning_rl.report_plots import pass_maj_curves, plot_accuracy, plot_pass_maj, plot_reward_curves
 from reasoning_rl.report_stats import COLLAPSE_FRACTION, collapse_reason, format_stats, setting_stats
@@ -99,6 +104,8 @@ class RunRecord:
     mismatch_truncated: float | None = None
     """Mean over steps of ``mismatch/truncated_token_fraction`` (tis)."""
     error: str | None = None
+    health: str | None = None
+    """What the health rules said (reasoning_rl.health.summary): ``ok``, the rules fired, the preflight's findings."""
     values: dict[str, Any] = field(default_factory=dict)
     """Every config value, dotted (``algo.beta``), for plotting against."""
 
@@ -110,18 +117,6 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     for k, v in node.items():
         out.update(_flatten(v, f"{prefix}{k}."))
     return out
-
-
-def _finite(metrics: list[dict[str, Any]], key: str) -> list[float]:
-    return [m[key] for m in metrics if isinstance(m.get(key), (int, float)) and math.isfinite(m[key])]
-
-
-def _tail_mean(metrics: list[dict[str, Any]], key: str) -> float | None:
-    values = _finite(metrics, key)
-    if not values:
-        return None
-    tail = values[-max(1, len(values) // 10):]
-    return sum(tail) / len(tail)
 
 
 def _audit(metrics: list[dict[str, Any]]) -> dict[str, Any]:
@@ -152,17 +147,6 @@ def _json(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text()) if path.exists() else None
     except json.JSONDecodeError:
         return None
-
-
-def _head_mean(metrics: list[dict[str, Any]], key: str) -> float | None:
-    values = _finite(metrics, key)
-    head = values[:max(1, len(values) // 10)]
-    return sum(head) / len(head) if head else None
-
-
-def _mean(metrics: list[dict[str, Any]], key: str) -> float | None:
-    values = _finite(metrics, key)
-    return sum(values) / len(values) if values else None
 
 
 def _collapse(metrics: list[dict[str, Any]], before: dict[str, Any], after: dict[str, Any],
@@ -206,6 +190,7 @@ def read_run(run_dir: Path, root: Path, collapse_fraction: float = COLLAPSE_FRAC
         pass_before=_at_k(before, "pass"), pass_after=_at_k(after, "pass"),
         maj_before=_at_k(before, "maj"), maj_after=_at_k(after, "maj"),
         error=" ".join((status.get("error") or "").split())[:200] if label == "failed" else None,
+        health=health_summary(run_dir),
         values=values, **_audit(metrics), **_collapse(metrics, before, after, collapse_fraction),
         mismatch_log_rho=_mean(metrics, "mismatch/log_rho_abs_mean"), mismatch_kl_k3=_mean(metrics, "mismatch/kl_k3"),
         mismatch_ess=_mean(metrics, "mismatch/ess_fraction"),
@@ -248,10 +233,10 @@ def format_table(runs: list[RunRecord]) -> str:
     audited = any(r.audit_ours_pass_theirs_fail is not None for r in runs)  # the column only when a run audited
     retained = any(r.retention_after is not None for r in runs)  # likewise for evaluation.retention
     lines = ["| setting | seed | status | steps | reward (last 10%) | KL (last 10%) | greedy before | greedy after "
-             "| sampled after | tokens/s | wall | train state | peak RSS |"
+             "| sampled after | tokens/s | wall | train state | peak RSS | health |"
              + (" audit disagree (ours pass / ours fail) |" if audited else "")
              + (" retention greedy before / after |" if retained else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if audited else "")
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if audited else "")
              + ("---|" if retained else "")]
     for r in runs:
         status = r.status + (f": {r.error}" if r.error else "") + (f" (collapsed: {r.collapse_reason})"
@@ -261,7 +246,8 @@ def format_table(runs: list[RunRecord]) -> str:
         lines.append(f"| {r.setting} | {r.seed} | {status} | {steps} | {_num(r.final_reward, '.3f')} "
                      f"| {_num(r.final_kl, '.4f')} | {_pct(r.greedy_before)} | {_pct(r.greedy_after)} "
                      f"| {_pct(r.sampled_after)} | {_num(r.tokens_per_s, '.0f')} | {wall} "
-                     f"| {_gb(r.state_gb)} | {_gb(r.peak_rss_gb)} |" + (f" {_audit_cell(r)} |" if audited else "")
+                     f"| {_gb(r.state_gb)} | {_gb(r.peak_rss_gb)} | {r.health or '-'} |"
+                     + (f" {_audit_cell(r)} |" if audited else "")
                      + (f" {_pct(r.retention_before)} / {_pct(r.retention_after)} |" if retained else ""))
     counts = defaultdict(int)
     for r in runs:

@@ -8,7 +8,9 @@ The CLI writes ``running`` before training, then ``finished`` (with the summary'
 numbers) or ``failed`` (with the error, its traceback and the ``stage`` it stopped in:
 ``validation`` for a sweep's run refused by its settings, ``setup`` for loading data and
 model, ``training`` for warm start, evaluations, steps and checkpoints, ``finishing`` for the
-summary files). A failure is recorded even on a full disk (:func:`record_failure`). A folder
+summary files) and, when a rule of ``trainer.health.stop_on`` stopped it, the ``cause``
+(``health:<rule>``). The health rules' open warnings are its ``health`` list (reasoning_rl.health),
+kept when the run ends. A failure is recorded even on a full disk (:func:`record_failure`). A folder
 whose status says ``running`` but whose process is gone was killed: the report calls it
 incomplete, and re-launching the sweep resumes it from its newest checkpoint.
 """
@@ -30,8 +32,13 @@ log = logging.getLogger(__name__)
 
 STATUS_FILE = "status.json"
 
-IGNORED_KEYS = ("trainer.resume", "trainer.output_dir", "trainer.progress_bar")
-"""Settings that may differ between a run and its relaunch (they do not change its result)."""
+CARRIED_KEYS = ("health", "preflight")
+"""Fields a record keeps from the previous one when the run ends (not when it starts again)."""
+
+IGNORED_KEYS = ("trainer.resume", "trainer.output_dir", "trainer.progress_bar", "trainer.health", "trainer.loggers",
+                "trainer.tracking", "trainer.tensorboard")
+"""Settings that may differ between a run and its relaunch (they do not change its result: the health
+rules and trackers only read the metrics; a folder written before they existed has none of them)."""
 
 
 def read_status(run_dir: str | Path) -> dict[str, Any] | None:
@@ -48,8 +55,10 @@ def write_status(run_dir: str | Path, status: str, **fields: Any) -> dict[str, A
     """Record ``status`` (keeping ``started`` from the previous record)."""
     previous = read_status(run_dir) or {}
     now = time.strftime("%Y-%m-%dT%H:%M:%S")
+    carried = {k: previous[k] for k in CARRIED_KEYS if k in previous and status != "running"}
     record = {"status": status, "started": previous.get("started", now) if status != "running" else now,
-              "updated": now, "host": socket.gethostname(), "pid": os.getpid(), **scheduler_fields(), **fields}
+              "updated": now, "host": socket.gethostname(), "pid": os.getpid(), **scheduler_fields(), **carried,
+              **fields}
     atomic_write_text(Path(run_dir) / STATUS_FILE, json.dumps(record, indent=2, default=str))
     return record
 
@@ -60,6 +69,14 @@ def scheduler_fields() -> dict[str, str]:
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     job = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
     return {"slurm_job_id": job} if job else {}
+
+
+def update_status(run_dir: str | Path, **fields: Any) -> None:
+    """Set ``fields`` in the folder's ``status.json``, keeping the rest; nothing when it has none
+    (a run trained without the CLI)."""
+    previous = read_status(run_dir)
+    if previous is not None:
+        atomic_write_text(Path(run_dir) / STATUS_FILE, json.dumps({**previous, **fields}, indent=2, default=str))
 
 
 def record_failure(run_dir: str | Path, exc: BaseException, **fields: Any) -> bool:
@@ -89,7 +106,8 @@ def record_failure(run_dir: str | Path, exc: BaseException, **fields: Any) -> bo
 
 
 def failure_fields(exc: BaseException) -> dict[str, str]:
-    return {"error": f"{type(exc).__name__}: {exc}",
+    cause = getattr(exc, "cause", None)  # HealthStop: health:<rule>
+    return {**({"cause": cause} if isinstance(cause, str) else {}), "error": f"{type(exc).__name__}: {exc}",
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
 
 

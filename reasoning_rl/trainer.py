@@ -51,7 +51,7 @@ from reasoning_rl.heldout import evaluate_heldout
 from reasoning_rl.inject import inject_engine
 from reasoning_rl.kl_to_base import BaseProbe, forward_kl, sample_probe
 from reasoning_rl.memory import allocator_choice, memory_report, set_allocator
-from reasoning_rl.metrics_log import MetricsLogger, plot_training_curves, read_metrics, with_heldout_ends
+from reasoning_rl.metrics_log import plot_training_curves, read_metrics, with_heldout_ends
 from reasoning_rl.policy.engines import HFEngine, make_engine
 from reasoning_rl.policy.loading import apply_memory_settings, load_model, load_pretrained, set_training
 from reasoning_rl.policy.planner import log_plan
@@ -62,6 +62,7 @@ from reasoning_rl.prompt_sampler import PromptSampler
 from reasoning_rl.retention import Retention
 from reasoning_rl.reward_guard import RewardGuard
 from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.run_log import open_run_log
 from reasoning_rl.tasks import Task
 from reasoning_rl.warmstart import supervised_warm_start
 from rewards.pool import WorkerPool
@@ -305,8 +306,7 @@ class Trainer:
         self.kl_probe = self._kl_probe()
         # A fresh start keeps no metrics of an earlier attempt in this folder; a resumed run
         # drops those written after its checkpoint, so the log has each step once.
-        logger = MetricsLogger(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=self.step,
-                               enabled=main)
+        logger = open_run_log(cfg, self.run_dir, self.step, main, self.context)  # + trackers, health, preflight
         before_path = self.run_dir / "eval_before.json"
         # Decided on rank 0 (the one that writes the file) so that every rank meets the same barriers.
         if distributed.broadcast_object(bool(self.eval_examples) and (self.resume_from is None

@@ -49,7 +49,7 @@ def _message(out: subprocess.CompletedProcess) -> list[str]:
     # Hydra adds any key written with `+`; it used to run with group_size 8 and record grop_size: 4.
     (["+algo.grop_size=4"], ["unknown key algo.grop_size (did you mean algo.group_size?)"]),
     (["algo.grop_size=4"], ["unknown key algo.grop_size (did you mean algo.group_size?)"]),
-    (["+trainer.foo=1"], ["unknown key trainer.foo (trainer has: failed_reward_window, fsdp, keep_checkpoints, keep_freed_memory, "]),
+    (["+trainer.foo=1"], ["unknown key trainer.foo (trainer has: failed_reward_window, fsdp, health, keep_checkpoints, keep_freed_memory, "]),
     (["algo.group_size=abc"], ["bad value for algo.group_size: Value 'abc' of type 'str' could not be converted "
                                "to Integer"]),
     (["task=gsm9k"], ["unknown task option task=gsm9k (did you mean gsm8k?); choose one of: arithmetic, "

@@ -162,7 +162,7 @@ def test_unknown_keys_name_the_closest_known_one_and_free_form_groups_are_left_a
     }
     problems = key_problems(values)
     assert problems[0] == "unknown key algo.lamda (did you mean algo.lam?)"
-    assert problems[1].startswith("unknown key trainer.foo (trainer has: failed_reward_window, fsdp, keep_checkpoints, ")
+    assert problems[1].startswith("unknown key trainer.foo (trainer has: failed_reward_window, fsdp, health, keep_checkpoints, ")
     assert problems[2] == "unknown key task.rewards[0].wieght (did you mean task.rewards[0].weight?)"
     assert len(problems) == 3
 
@@ -193,7 +193,7 @@ def test_free_form_keys_added_with_plus_are_accepted():
 def test_the_free_form_fields_are_the_documented_ones():
     free = set(free_form_fields(TrainConfig)) | set(free_form_fields(EvalConfig))
     assert free == {"task.data_files", "task.source_kwargs", "task.rewards.options", "task.audit.options", "benchmark",
-                    "verifier_options", "task.episode.options", "episode.options"}
+                    "verifier_options", "task.episode.options", "episode.options", "trainer.health.thresholds"}
     text = DOCS.read_text()
     assert all(f"`{name}`" in text for name in free), "docs/errors.md must list every free-form field"
 

@@ -62,3 +62,30 @@ def test_retention_joins_the_heldout_panel_when_it_ran():
     rows = with_heldout_ends([{"step": 1, "reward/mean": 0.0}], before, after, last_step=1)
     held_out = dict(dashboard_panels(rows))["held-out accuracy"]
     assert [k for k, _ in held_out] == ["eval/greedy_accuracy", "eval/retention/greedy_accuracy"]
+
+
+def test_health_marks_name_a_fired_rule_on_the_panels_of_its_keys_and_mark_its_step_on_all():
+    from reasoning_rl.metrics_log import dashboard_panels, health_marks
+
+    present = dashboard_panels([{"step": 1, "reward/mean": 0.5, "kl/mean": 0.1, "entropy/mean": 1.0}])
+    rows = [{"step": 30, "rule": "kl_runaway", "event": "fired", "keys": ["kl/mean"]},
+            {"step": 40, "rule": "kl_runaway", "event": "cleared", "keys": ["kl/mean"]},
+            {"step": 50, "rule": "truncation", "event": "fired", "keys": ["completion/truncated_fraction"]}]
+    assert [title for title, _ in present] == ["reward and train accuracy", "KL per token", "entropy per token"]
+    assert health_marks(rows, present) == [[(30, None), (50, "truncation")],  # no panel draws truncation: the first
+                                           [(30, "kl_runaway"), (50, None)],
+                                           [(30, None), (50, None)]]
+
+
+def test_the_dashboard_draws_the_health_jsonl_beside_it(tmp_path):
+    import json
+
+    from reasoning_rl.metrics_log import plot_training_curves
+
+    metrics = [{"step": s, "reward/mean": s / 10, "kl/mean": 0.01 * s} for s in range(1, 11)]
+    plain = plot_training_curves(metrics, tmp_path / "plain" / "reward_curve.png").read_bytes()
+    (tmp_path / "marked").mkdir()
+    (tmp_path / "marked" / "health.jsonl").write_text(json.dumps(
+        {"step": 5, "rule": "kl_runaway", "event": "fired", "keys": ["kl/mean"]}) + "\n")
+    marked = plot_training_curves(metrics, tmp_path / "marked" / "reward_curve.png").read_bytes()
+    assert marked != plain

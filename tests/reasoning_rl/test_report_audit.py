@@ -50,4 +50,4 @@ def test_no_audit_no_column(tmp_path):
     assert report.main([str(tmp_path)]) == 0
     header = next(line for line in (tmp_path / "report" / "report.md").read_text().splitlines()
                   if line.startswith("| setting |"))
-    assert header.endswith("| peak RSS |")
+    assert header.endswith("| peak RSS | health |")

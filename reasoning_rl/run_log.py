@@ -1,0 +1,49 @@
+"""The run's metrics log as the trainer holds it: ``metrics.jsonl`` (and TensorBoard) with the sinks
+the config asks for attached: the trackers of ``trainer.loggers`` (reasoning_rl.trackers), then the
+health monitor (``trainer.health``, reasoning_rl.health), whose events also go to the trackers.
+The trainer calls :func:`open_run_log` once and ``log`` every step; it never learns which sinks run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from reasoning_rl.health.monitor import HealthSink
+from reasoning_rl.health.preflight import run_preflight, should_run
+from reasoning_rl.metrics_log import MetricsLogger, MetricsSink, read_metrics
+from reasoning_rl.trackers.registry import open_trackers
+
+
+def open_run_log(cfg: Any, run_dir: Path, resume_step: int | None, enabled: bool, ctx: Any = None) -> MetricsLogger:
+    """The logger of a run (``cfg``: its TrainConfig). ``resume_step``: metrics after it are dropped
+    and the sinks continue from those kept; ``enabled=False`` (ranks other than 0) writes nothing.
+    ``ctx`` (the algorithm's RunContext): a fresh run's first batch is read by the preflight
+    (reasoning_rl.health.preflight) before any update."""
+    tensorboard = cfg.trainer.tensorboard and "tensorboard" in cfg.trainer.loggers
+    logger = MetricsLogger(run_dir, tensorboard=tensorboard, resume_step=resume_step, enabled=enabled)
+    if not enabled:
+        return logger
+    trackers = open_trackers(cfg.trainer.loggers, cfg.trainer.tracking, Path(run_dir), asdict(cfg),
+                             resume=bool(resume_step), group=sweep_group())
+    sinks: list[MetricsSink] = list(trackers)
+    if cfg.trainer.health.enabled:
+        earlier = read_metrics(logger.metrics_path) if resume_step else []
+        health = HealthSink(cfg.trainer.health, Path(run_dir), resume_step, earlier)
+        health.listeners += [t.health for t in trackers]
+        sinks.append(health)
+        if should_run(cfg, ctx, resume_step):
+            run_preflight(ctx, cfg, Path(run_dir))
+    logger.add_sinks(sinks)
+    return logger
+
+
+def sweep_group() -> str | None:
+    """The sweep folder of a ``--multirun`` job (its runs form one W&B group / MLflow parent run); None otherwise."""
+    from reasoning_rl.entry_points import is_multirun
+
+    if not is_multirun():
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    return str(HydraConfig.get().sweep.dir)
