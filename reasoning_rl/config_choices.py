@@ -14,6 +14,7 @@ TRAIN_CHOICES: dict[str, tuple[str, ...]] = {
     "model.tiny.arch": TINY_ARCHS,
     "task.none_policy": NONE_POLICIES,
     "warmstart.target": ("reference", "solution"),
+    "trainer.tracking.wandb_mode": ("online", "offline", "disabled"),
 }
 """The allowed values of each text setting with a fixed set of them (dotted name -> choices), checked by
 :func:`validate` with the ranges; the other text settings are in :data:`TRAIN_TEXT`."""
@@ -43,6 +44,9 @@ TRAIN_TEXT: dict[str, str] = {
     "algo.entropy_control": "checked: GRPOConfig.problems",
     "algo.critic": "checked: PPOConfig.problems",
     "algo.samples_from": "checked: RFTConfig.problems",
+    "trainer.loggers": "registered trackers (checked: reasoning_rl.trackers.registry.logger_problems)",
+    "trainer.health.stop_on": "health rule names (checked: HealthConfig.problems)",
+    "trainer.health.disable": "health rule names (checked: HealthConfig.problems)",
     # free text: any value is meaningful, or it is a path or a name another library resolves
     "task.train_split": "a split name of the task's definition (null: its default)",
     "task.eval_split": "a split name of the task's definition (null: its default)",
@@ -67,6 +71,9 @@ TRAIN_TEXT: dict[str, str] = {
     "evaluation.retention.data_file": "a file",
     "evaluation.retention.stop": "any stop strings",
     "algo.variant": "the preset's name, for logs and reports",
+    "trainer.tracking.project": "the W&B project / MLflow experiment name",
+    "trainer.tracking.run_name": "any run name for the trackers (null: the run folder's)",
+    "trainer.tracking.mlflow_tracking_uri": "an MLflow URI (an http one that does not answer is refused: logger_problems)",
 }
 """Text settings of ``reasoning-rl-train`` that :data:`TRAIN_CHOICES` does not list, each
 with the rule that checks it or the reason any value is fine. A test walks every schema and fails on a
