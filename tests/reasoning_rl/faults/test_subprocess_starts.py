@@ -20,6 +20,8 @@ SUBPROCESS_STARTS = {
     "rewards/code/sandbox/host.py": "the code sandbox's zygote: python -I with its own boot code "
                                     "(test_shadowing: the code sandbox)",
     "rewards/code/sandbox/jail.py": "probes whether bwrap/unshare work: python -I -c pass",
+    "reasoning_rl/slurm.py": "runs Slurm's own programs (sbatch --test-only before a sweep is submitted); no Python "
+                             "process of the toolkit's",
 }
 """Toolkit file -> how its process starts import the parent's code (and the test that runs it)."""
 
