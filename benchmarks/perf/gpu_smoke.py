@@ -80,9 +80,10 @@ def build_config(args: argparse.Namespace, backend: str, run_dir: str) -> Any:
     cfg.algo.learning_rate = 1e-4
     cfg.rollout.backend = backend
     cfg.rollout.max_new_tokens = args.max_new
-    cfg.rollout.vllm_gpu_memory_utilization = args.gpu_memory_utilization
-    cfg.rollout.vllm_max_model_len = 256
-    cfg.rollout.vllm_check_logprobs = not args.no_check_logprobs
+    if backend == "vllm":  # vLLM's options only where they act (reasoning_rl/inert_settings.py refuses them elsewhere)
+        cfg.rollout.vllm_gpu_memory_utilization = args.gpu_memory_utilization
+        cfg.rollout.vllm_max_model_len = 256
+        cfg.rollout.vllm_check_logprobs = not args.no_check_logprobs
     cfg.trainer.steps = args.steps
     cfg.trainer.save_every = 0
     cfg.trainer.keep_checkpoints = 1

@@ -156,6 +156,7 @@ def _spy_generate(trainer):
 def test_rft_samples_the_initial_policy_once_with_the_whole_budget(small_cfg, tmp_path):
     cfg = _cfg(small_cfg, RFTConfig(), steps=4)
     cfg.evaluation.enabled = False
+    cfg.trainer.health.preflight = False  # its look at step 1's batch is a sampling call too; these count the algorithm's
     trainer, _ = _train(cfg, tmp_path, _spy_generate)
     assert trainer.calls == [0, 0, 0, 0]  # all four slots sampled at setup, none during training
     data = OfflineSamples.load(tmp_path / FILE_NAME)
@@ -172,6 +173,7 @@ def test_rft_samples_the_initial_policy_once_with_the_whole_budget(small_cfg, tm
 def test_online_rft_samples_the_current_policy_every_step(small_cfg, tmp_path):
     cfg = _cfg(small_cfg, RFTConfig(variant="online_rft", samples_from="current"), steps=3)
     cfg.evaluation.enabled = False
+    cfg.trainer.health.preflight = False  # its look at step 1's batch is a sampling call too; these count the algorithm's
     trainer, summary = _train(cfg, tmp_path, _spy_generate)
     assert trainer.calls == [0, 1, 2]
     assert summary["label"] == "Online RFT" and not (tmp_path / FILE_NAME).exists()

@@ -183,6 +183,7 @@ def test_a_tokenizer_that_cleans_up_spaces_changes_the_text_before_the_row_stops
     assert out[1].text == "x" and out[1].num_tokens == 3
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("cache", [True, False], ids=["kv-cache", "recompute"])
 def test_episodes_are_the_same_with_the_stop_in_the_loop(ragged_env, cache):  # noqa: F811 (the fixture)
     # Multi-turn episodes: every turn ends at a stop string (a letter or digit), through
@@ -190,7 +191,7 @@ def test_episodes_are_the_same_with_the_stop_in_the_loop(ragged_env, cache):  # 
     model, tok = _tiny()
     sampling = SamplingConfig(max_new_tokens=10, temperature=1.2, top_k=40)
     on, off = NativeEngine(model, tok, batch_size=4), NativeEngine(model, tok, batch_size=4, stop_in_loop=False)
-    assert_same_episodes(run(on, ragged_env, cache, sampling), run(off, ragged_env, cache, sampling))
+    assert_same_episodes(run(on, ragged_env, cache, sampling), run(off, ragged_env, cache, sampling), model.config)
     assert on.decode_steps < off.decode_steps
 
 
