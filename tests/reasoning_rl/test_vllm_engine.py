@@ -172,9 +172,10 @@ def _grpo_config(backend: str, run_dir: Path):
     cfg.rollout.backend = backend
     cfg.rollout.max_new_tokens = 8
     cfg.rollout.reward_workers = 1
-    cfg.rollout.vllm_enforce_eager = True
-    cfg.rollout.vllm_max_model_len = 256
-    cfg.rollout.vllm_gpu_memory_utilization = 0.2
+    if backend == "vllm":  # vLLM's options only where they act (reasoning_rl/inert_settings.py refuses them elsewhere)
+        cfg.rollout.vllm_enforce_eager = True
+        cfg.rollout.vllm_max_model_len = 256
+        cfg.rollout.vllm_gpu_memory_utilization = 0.2
     cfg.evaluation.num_examples = EVAL_PROBLEMS
     cfg.evaluation.samples_per_problem = 4
     cfg.trainer.steps = STEPS
