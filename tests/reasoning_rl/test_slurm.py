@@ -251,7 +251,8 @@ def test_the_warning_before_the_time_limit_stops_the_run_with_a_record(tmp_path)
                         "trainer.steps=100000", "trainer.save_every=2", "algo.beta=0")
     try:
         run = sweep / "default" / "seed=0"
-        _wait_for(lambda: (run / "checkpoint-2").is_dir(), 90, "the run's step-2 checkpoint")
+        # 240 s: the job may first wait for a CPU behind the previous tests' jobs (the limit counts from its start).
+        _wait_for(lambda: (run / "checkpoint-2").is_dir(), 240, "the run's step-2 checkpoint")
         job_id = _status(run)["slurm_job_id"]
         subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
         _wait_for(lambda: _status(run).get("status") == "failed", 60, "the run's failed record")
