@@ -81,8 +81,15 @@ def _status(run: Path) -> dict:
 def _wait_for(condition, timeout_s: float, what: str) -> None:
     end = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < end, f"waited {timeout_s:.0f} s for {what}"
+        assert time.monotonic() < end, f"waited {timeout_s:.0f} s for {what}; the cluster: {_cluster_state()}"
         time.sleep(0.5)
+
+
+def _cluster_state() -> str:
+    """The queue (job, state, reason) and the node's state: why a job has not run."""
+    queue = subprocess.run(["squeue", "-h", "-o", "%i %T %r"], capture_output=True, text=True).stdout.strip()
+    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T %E"], capture_output=True, text=True).stdout.strip()
+    return f"queue [{queue.replace(chr(10), '; ')}], node [{node.replace(chr(10), '; ')}]"
 
 
 def _in_queue(job_id: str) -> bool:
