@@ -234,45 +234,40 @@ def free_form_fields(schema: type, prefix: str = "") -> Iterator[str]:
             yield from free_form_fields(item, f"{prefix}{f.name}.")
 
 
-def range_problems(cfg: Any, ranges: Mapping[str, Range], prefix: str = "", label: str = "") -> list[str]:
-    """One line per numeric value of the dataclass object ``cfg`` outside its range in ``ranges``
-    (``trainer.save_every must be >= 0, got -5``). ``prefix`` is the dotted name used for the
-    lookup, ``label`` the one printed (they differ inside lists: ``task.rewards[1].weight``)."""
+def config_values(cfg: Any, prefix: str = "", label: str = "") -> Iterator[tuple[str, str, Any]]:
+    """``(key, shown, value)`` for every value of the dataclass object ``cfg`` that is not itself a dataclass,
+    walking nested dataclasses and lists: ``key`` is the dotted name the range and choice tables use, ``shown``
+    the one a message prints (they differ inside lists: ``task.rewards.weight`` is shown as
+    ``task.rewards[1].weight``, a plain list's items as ``algo.x[0]``)."""
     label = label or prefix
-    out = []
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         key, shown = prefix + f.name, label + f.name
         if dataclasses.is_dataclass(value):
-            out += range_problems(value, ranges, key + ".", shown + ".")
+            yield from config_values(value, key + ".", shown + ".")
         elif isinstance(value, list):
             for i, item in enumerate(value):
                 if dataclasses.is_dataclass(item):
-                    out += range_problems(item, ranges, key + ".", f"{shown}[{i}].")
-                elif _is_number(item) and key in ranges and not ranges[key].allows(item):
-                    out.append(f"{shown}[{i}] must be {ranges[key]}, got {item}")
-        elif _is_number(value) and key in ranges and not ranges[key].allows(value):
-            out.append(f"{shown} must be {ranges[key]}, got {value}")
-    return out
+                    yield from config_values(item, key + ".", f"{shown}[{i}].")
+                else:
+                    yield key, f"{shown}[{i}]", item
+        else:
+            yield key, shown, value
 
 
-def choice_problems(cfg: Any, choices: Mapping[str, tuple[str, ...]], prefix: str = "", label: str = "") -> list[str]:
+def range_problems(cfg: Any, ranges: Mapping[str, Range]) -> list[str]:
+    """One line per numeric value of the dataclass object ``cfg`` outside its range in ``ranges``
+    (``trainer.save_every must be >= 0, got -5``)."""
+    return [f"{shown} must be {ranges[key]}, got {value}" for key, shown, value in config_values(cfg)
+            if _is_number(value) and key in ranges and not ranges[key].allows(value)]
+
+
+def choice_problems(cfg: Any, choices: Mapping[str, tuple[str, ...]]) -> list[str]:
     """One line per text value of the dataclass object ``cfg`` that is not one of its choices in
     ``choices`` (``model.dtype='float8' is unknown; choose one of float32, ...``), with the closest
     choice when there is one; None (an Optional field left null) is always allowed."""
-    label = label or prefix
-    out = []
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        key, shown = prefix + f.name, label + f.name
-        if dataclasses.is_dataclass(value):
-            out += choice_problems(value, choices, key + ".", shown + ".")
-        elif isinstance(value, list):
-            out += [p for i, item in enumerate(value) if dataclasses.is_dataclass(item)
-                    for p in choice_problems(item, choices, key + ".", f"{shown}[{i}].")]
-        elif value is not None and key in choices and value not in choices[key]:
-            out.append(unknown_choice(shown, value, choices[key]))
-    return out
+    return [unknown_choice(shown, value, choices[key]) for key, shown, value in config_values(cfg)
+            if value is not None and key in choices and value not in choices[key]]
 
 
 def unknown_choice(key: str, value: Any, choices: tuple[str, ...] | list[str]) -> str:
