@@ -17,6 +17,16 @@ uninterrupted run on the initial weights, the resumed one on checkpoint-2's. Its
 (0.0 on one CPU kernel set, 4.8e-07 on another); the resume check holds it to its dtype's tolerance instead."""
 
 
+TINY_OVERRIDES = [
+    "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.intermediate_size=64",
+    "task.max_train_examples=32", "task.max_eval_examples=4", "algo.prompts_per_step=2", "rollout.max_new_tokens=3",
+    "warmstart.enabled=false", "evaluation.num_examples=4", "evaluation.samples_per_problem=1",
+    "trainer.progress_bar=false", "trainer.tensorboard=false", "trainer.num_threads=1", "rollout.reward_workers=1",
+]
+"""Command-line overrides (reasoning-rl-train, a sweep) for a tiny run of a few seconds on one core; each user
+adds its own trainer.steps and trainer.save_every."""
+
+
 def tiny_config(steps: int = 4) -> TrainConfig:
     cfg = TrainConfig()
     cfg.model.tiny = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)

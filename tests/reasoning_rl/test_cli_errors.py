@@ -20,15 +20,10 @@ from reasoning_rl.config import register_configs
 from reasoning_rl.entry_points import as_user_error
 from reasoning_rl.errors import DEBUG_ENV
 from reasoning_rl.run_folder import RunFolderConflict, prepare_run_folder
+from tests.reasoning_rl.conftest import TINY_OVERRIDES
 
 PROG = "reasoning-rl-train: "
-TINY = [
-    "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.intermediate_size=64",
-    "task.max_train_examples=32", "task.max_eval_examples=4", "algo.prompts_per_step=2", "rollout.max_new_tokens=3",
-    "warmstart.enabled=false", "evaluation.num_examples=4", "evaluation.samples_per_problem=1",
-    "trainer.steps=1", "trainer.progress_bar=false", "trainer.tensorboard=false", "trainer.num_threads=1",
-    "rollout.reward_workers=1",
-]
+TINY = [*TINY_OVERRIDES, "trainer.steps=1"]
 
 
 def _train(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:

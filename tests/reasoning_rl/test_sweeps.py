@@ -14,15 +14,10 @@ from reasoning_rl import report
 from reasoning_rl.cli import share_the_cores, to_train_config
 from reasoning_rl.config import TrainConfig, register_configs, validate
 from reasoning_rl.run_folder import RunFolderConflict, prepare_run_folder
+from tests.reasoning_rl.conftest import TINY_OVERRIDES
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-TINY = [
-    "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.intermediate_size=64",
-    "task.max_train_examples=32", "task.max_eval_examples=4", "algo.prompts_per_step=2", "rollout.max_new_tokens=3",
-    "warmstart.enabled=false", "evaluation.num_examples=4", "evaluation.samples_per_problem=1",
-    "trainer.steps=3", "trainer.save_every=2", "trainer.progress_bar=false", "trainer.tensorboard=false",
-    "trainer.num_threads=1", "rollout.reward_workers=1",
-]
+TINY = [*TINY_OVERRIDES, "trainer.steps=3", "trainer.save_every=2"]
 
 
 @pytest.fixture(scope="module", autouse=True)

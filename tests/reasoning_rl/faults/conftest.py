@@ -9,18 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.reasoning_rl.conftest import TINY_OVERRIDES
+
 TRAIN = str(Path(sys.executable).with_name("reasoning-rl-train"))
 """The console script of this environment (not ``python -m``, which would put the working directory on sys.path)."""
 
 PROG = "reasoning-rl-train: "
 
-TINY = [
-    "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.intermediate_size=64",
-    "task.max_train_examples=32", "task.max_eval_examples=4", "algo.prompts_per_step=2", "algo.group_size=2",
-    "rollout.max_new_tokens=3", "warmstart.enabled=false", "evaluation.num_examples=4",
-    "evaluation.samples_per_problem=1", "trainer.steps=2", "trainer.save_every=1", "trainer.progress_bar=false",
-    "trainer.tensorboard=false", "trainer.num_threads=1", "rollout.reward_workers=1",
-]
+TINY = [*TINY_OVERRIDES, "algo.group_size=2", "trainer.steps=2", "trainer.save_every=1"]
 """A run of two steps that takes a few seconds on one core."""
 
 
