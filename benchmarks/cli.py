@@ -1,6 +1,6 @@
 """``reasoning-rl-eval``: benchmark accuracy of a model, a samples file, or a training run's checkpoints.
 
-    reasoning-rl-eval benchmark=gsm8k model=<checkpoint dir> data_dir=/work/shared/data limit=20
+    reasoning-rl-eval benchmark=gsm8k model=<checkpoint dir> data_dir=../shared/data limit=20
     reasoning-rl-eval benchmark=humaneval samples=<canonical.jsonl> allow_code_execution=true
     reasoning-rl-eval benchmark=math500 run_dir=<training run> n=4 k=[1,4] temperature=0.6
     reasoning-rl-eval benchmark=math500 samples=<file.jsonl> graders=[ours,strict]   # grader sensitivity

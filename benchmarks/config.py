@@ -47,7 +47,7 @@ class EvalConfig:
     """Folder to write ``<benchmark>.reference.jsonl`` and ``.corrupted.jsonl`` into, then stop."""
 
     data_dir: str | None = None
-    """Folder of local benchmark files (e.g. /work/shared/data), each split's ``local_file``; default: the hub."""
+    """Folder of local benchmark files (e.g. ../shared/data), each split's ``local_file``; default: the hub."""
     data_files: str | None = None
     """One local data file for the evaluated split of the (single) benchmark, overriding ``data_dir`` and the hub."""
     split: str | None = None

@@ -3,7 +3,7 @@
 Fed back through samples mode they validate the whole scoring path: the reference
 samples must score 100% and the corrupted ones 0%. Usable as a module::
 
-    python -m benchmarks.samples math500 /tmp/refs --data-dir /work/shared/data
+    python -m benchmarks.samples math500 /tmp/refs --data-dir ../shared/data
 
 or from the eval app: ``reasoning-rl-eval benchmark=math500 write_reference_samples=/tmp/refs``.
 Each benchmark gives ``<name>.reference.jsonl`` and ``<name>.corrupted.jsonl``.
