@@ -20,14 +20,9 @@ import pytest
 
 from reasoning_rl import report
 from reasoning_rl.slurm import sbatch_test_args
+from tests.reasoning_rl.conftest import TINY_OVERRIDES
 
-TINY = [
-    "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.intermediate_size=64",
-    "task.max_train_examples=32", "task.max_eval_examples=4", "algo.prompts_per_step=2", "rollout.max_new_tokens=3",
-    "warmstart.enabled=false", "evaluation.num_examples=4", "evaluation.samples_per_problem=1",
-    "trainer.steps=3", "trainer.save_every=2", "trainer.progress_bar=false", "trainer.tensorboard=false",
-    "trainer.num_threads=1", "rollout.reward_workers=1",
-]
+TINY = [*TINY_OVERRIDES, "trainer.steps=3", "trainer.save_every=2"]
 SLURM = [  # one CPU, no GPU, no memory request: what the local cluster (CPUs=2) can run two of at once
     "hydra/launcher=slurm", "hydra.launcher.gpus_per_task=null", "hydra.launcher.mem_gb=null",
     "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10",
@@ -83,6 +78,16 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
     while not condition():
         assert time.monotonic() < end, f"waited {timeout_s:.0f} s for {what}; the cluster: {_cluster_state()}"
         time.sleep(0.5)
+
+
+def _scancel_once_it_checkpoints(run: Path, *flags: str) -> str:
+    """``scancel *flags`` the run's job once it has written a checkpoint (it trains); the job id. Any checkpoint,
+    not a given step's: the tiny run keeps only its newest ones, and a given one can be gone between two looks.
+    The job may first wait for a CPU behind the previous tests' jobs: up to 240 s (a limit counts from its start)."""
+    _wait_for(lambda: any(run.glob("checkpoint-*")), 240, "the run's first checkpoint")
+    job_id = _status(run)["slurm_job_id"]
+    subprocess.run(["scancel", *flags, job_id], check=True)
+    return job_id
 
 
 def _cluster_state() -> str:
@@ -206,27 +211,26 @@ def test_scancel_and_the_time_limit_are_recorded_and_the_relaunch_resumes(tmp_pa
     killed = tmp_path / "time_limit"
     # A run long enough to be cancelled mid-run, and one that outlives a one-minute limit (signal_delay_s=0:
     # no warning before it, so Slurm's SIGTERM at the limit is what stops it).
-    cancel_job = _start_sweep(cancelled, *SLURM, "trainer.steps=300", "trainer.save_every=2", "algo.beta=0")
+    # 1000 steps: about 35 s of training on the local node, so the cancel lands mid-run (300 ran in 11 s).
+    cancel_job = _start_sweep(cancelled, *SLURM, "trainer.steps=1000", "trainer.save_every=2", "algo.beta=0")
     limit_job = _start_sweep(killed, *SLURM, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=0",
                              "trainer.steps=100000", "trainer.save_every=20", "algo.beta=0")
     try:
         run = cancelled / "default" / "seed=0"
-        _wait_for(lambda: (run / "checkpoint-2").is_dir(), 240, "the run's step-2 checkpoint")
-        job_id = _status(run)["slurm_job_id"]
-        subprocess.run(["scancel", job_id], check=True)
+        job_id = _scancel_once_it_checkpoints(run)
         _wait_for(lambda: not _in_queue(job_id), 60, f"job {job_id} to leave the queue")
         status = _status(run)
         assert status["status"] == "failed" and status["stage"] == "training", status
         assert status["error"].startswith("Terminated: terminated by SIGTERM") and status["slurm_job_id"] == job_id
         assert cancel_job.wait(60) != 0  # the submitting process reports the job that did not finish
         done = _steps(run)
-        assert 2 <= len(done) < 300
+        assert 2 <= len(done) < 1000
 
         # Relaunched: resumes from the newest checkpoint and logs each step once.
-        again = _sweep(cancelled, *SLURM, "trainer.steps=300", "trainer.save_every=2", "algo.beta=0")
+        again = _sweep(cancelled, *SLURM, "trainer.steps=1000", "trainer.save_every=2", "algo.beta=0")
         assert again.returncode == 0, again.stderr[-3000:]
         assert _status(run)["status"] == "finished" and _status(run)["slurm_job_id"] != job_id
-        assert _steps(run) == list(range(1, 301))
+        assert _steps(run) == list(range(1, 1001))
 
         # The time limit: Slurm's SIGTERM at one minute (checked every ~30 s), recorded like scancel.
         limited = killed / "default" / "seed=0"
@@ -258,10 +262,7 @@ def test_the_warning_before_the_time_limit_stops_the_run_with_a_record(tmp_path)
                         "trainer.steps=100000", "trainer.save_every=2", "algo.beta=0")
     try:
         run = sweep / "default" / "seed=0"
-        # 240 s: the job may first wait for a CPU behind the previous tests' jobs (the limit counts from its start).
-        _wait_for(lambda: (run / "checkpoint-2").is_dir(), 240, "the run's step-2 checkpoint")
-        job_id = _status(run)["slurm_job_id"]
-        subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+        job_id = _scancel_once_it_checkpoints(run, "--signal=USR2")
         _wait_for(lambda: _status(run).get("status") == "failed", 60, "the run's failed record")
         status = _status(run)
         assert status["stage"] == "training" and status["slurm_job_id"] == job_id, status
