@@ -1,7 +1,7 @@
 """Generation backends for evaluation: the toolkit's HF rollout engine, or vLLM when asked for.
 
 Both expose ``generate(prompts, n, sampling, seed) -> list[list[Completion]]``
-(the :class:`reasoning_rl.rollout.RolloutEngine` protocol), so the evaluation
+(the :class:`reasoning_rl.rollouts.sampling.RolloutEngine` protocol), so the evaluation
 loop does not know which one runs. vLLM is imported only when ``backend=vllm``.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reasoning_rl.policy.vllm.availability import require_vllm
-from reasoning_rl.rollout import Completion, SamplingConfig
+from reasoning_rl.rollouts.sampling import Completion, SamplingConfig
 
 
 def sampling_config(temperature: float, top_p: float, top_k: int, max_new_tokens: int,

@@ -1,4 +1,4 @@
-"""JSON/JSONL result files, written atomically (``reasoning_rl.atomic``): a crash never leaves a half-written one."""
+"""JSON/JSONL result files, written atomically (``reasoning_rl.run_folder.atomic``): a crash never leaves a half-written one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from reasoning_rl.atomic import atomic_write_text
+from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.errors import UserError
 
 

@@ -80,7 +80,7 @@ def retry(checkpoint: str, cases: Sequence[Failure], max_new_tokens: int, batch_
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from reasoning_rl.policy.engines import HFEngine
-    from reasoning_rl.rollout import SamplingConfig
+    from reasoning_rl.rollouts.sampling import SamplingConfig
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)

@@ -29,8 +29,8 @@ from benchmarks.evaluate import (
     read_samples,
 )
 from benchmarks.graders import build_graders, grader_lines
-from reasoning_rl import checkpoint as ckpt
-from reasoning_rl.atomic import atomic_write_text
+from reasoning_rl.run_folder import checkpoint as ckpt
+from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem, load_problems
 from reasoning_rl.tasks.definition import DatasetDefinition, get_definition, list_definitions
@@ -339,7 +339,7 @@ def run_sweep(evaluator: Evaluator, specs: Sequence[DatasetDefinition]) -> list[
 
 
 def check_model_folder(model: str) -> None:
-    """A local model folder must be intact (:func:`reasoning_rl.checkpoint.check_checkpoint`: its manifest,
+    """A local model folder must be intact (:func:`reasoning_rl.run_folder.checkpoint.check_checkpoint`: its manifest,
     or the structural checks of a plain folder) before anything is loaded; hub names pass through."""
     from reasoning_rl.policy.loading import local_model_path
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.io import write_json
-from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
+from reasoning_rl.run_folder.atomic import atomic_write_bytes, atomic_write_text
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 

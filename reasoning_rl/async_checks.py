@@ -1,4 +1,4 @@
-"""What asynchronous rollouts (``rollout.max_staleness >= 1``, reasoning_rl.async_rollout) cannot run with,
+"""What asynchronous rollouts (``rollout.max_staleness >= 1``, reasoning_rl.rollouts.async_engine) cannot run with,
 checked by ``reasoning_rl.config.validate`` (kept apart from the generator's code, which imports the engines)."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from reasoning_rl import distributed
-from reasoning_rl.atomic import atomic_write_text
+from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.config import ConfigError, TrainConfig, key_problems, register_configs, validate
 from reasoning_rl.config_checks import unknown_keys_error
 from reasoning_rl.entry_points import (
@@ -36,16 +36,16 @@ from reasoning_rl.entry_points import (
     user_errors_exit,
 )
 from reasoning_rl.errors import StorageError, UserError
-from reasoning_rl.retention import retention_rows
+from reasoning_rl.evaluation.retention import retention_rows
 from reasoning_rl.reward_guard import describe_not_scored
-from reasoning_rl.run_folder import (  # noqa: F401 -- RunFolderConflict, prepare_run_folder: importable from here too
+from reasoning_rl.run_folder.lock import (  # noqa: F401 -- RunFolderConflict, prepare_run_folder: importable from here too
     RunFolderConflict,
     RunFolderLock,
     holds_a_run,
     prepare_run_folder,
     set_aside,
 )
-from reasoning_rl.run_status import (
+from reasoning_rl.run_folder.status import (
     read_status,
     record_failure,
     write_status,

@@ -34,13 +34,13 @@ from reasoning_rl.config_choices import TRAIN_CHOICES
 from reasoning_rl.errors import UserError
 from reasoning_rl.health.config import HealthConfig
 from reasoning_rl.inert_settings import inert_problems
-from reasoning_rl.inject import InjectConfig
+from reasoning_rl.rollouts.inject import InjectConfig
 from reasoning_rl.policy.lm_head import resolve_chunk
 from reasoning_rl.policy.loading import TINY, ModelConfig
 from reasoning_rl.policy.lora import lora_problems
 from reasoning_rl.policy.precision import precision_problems
 from reasoning_rl.policy.runtime import SETTINGS as RUNTIME_SETTINGS
-from reasoning_rl.retention import RetentionConfig
+from reasoning_rl.evaluation.retention import RetentionConfig
 from reasoning_rl.tasks import TaskConfig
 from reasoning_rl.trackers.base import TrackingConfig
 from reasoning_rl.trackers.registry import logger_problems
@@ -90,11 +90,11 @@ class RolloutConfig:
     (one extra no-grad forward): rollout/logprob_mismatch_mean and _max."""
     max_staleness: int = 0
     """Asynchronous rollouts: sample each step's batch in a generator process, with the weights of exactly
-    max(0, step - k) updates, overlapping the trainer's update (reasoning_rl.async_rollout, docs/offpolicy.md;
+    max(0, step - k) updates, overlapping the trainer's update (reasoning_rl.rollouts.async_engine, docs/offpolicy.md;
     hf or native, grpo or ppo). 0 = the synchronous loop."""
     inject: InjectConfig = field(default_factory=InjectConfig)
     """A sampler/trainer mismatch made on purpose (stale weights, lower precision, weight noise, a hidden
-    temperature) for comparing off-policy corrections (reasoning_rl.inject, docs/offpolicy.md)."""
+    temperature) for comparing off-policy corrections (reasoning_rl.rollouts.inject, docs/offpolicy.md)."""
 
 
 @dataclass
@@ -115,7 +115,7 @@ class TrainerConfig:
     """Continue from the newest complete checkpoint in output_dir. null (default): resume an incomplete
     run with the same settings found there, saying so; true: resume (a warning when there is nothing
     to resume); false: start over, the earlier run's files moved to output_dir/.replaced/<time>/
-    (reasoning_rl.run_folder, docs/sweeps.md)."""
+    (reasoning_rl.run_folder.lock, docs/sweeps.md)."""
     log_completions: bool = True
     """Write every completion with its reward and advantage to completions.jsonl."""
     tensorboard: bool = True
@@ -199,7 +199,7 @@ class EvalConfig:
     """Also evaluate every N steps during GRPO (0 = only before/after)."""
     kl_to_base_every: int = 0
     """Log kl/base_forward, the per-token forward KL(pi_0 || pi) from the policy as RL starts to the
-    current one, every N steps (0 = off; reasoning_rl.kl_to_base). Its probe's completions are sampled
+    current one, every N steps (0 = off; reasoning_rl.evaluation.kl_to_base). Its probe's completions are sampled
     once from pi_0 and their pi_0 log-probs stored, so no copy of pi_0 is held; each measurement is one
     no-grad forward of the policy over the probe."""
     kl_to_base_prompts: int = 16
@@ -208,7 +208,7 @@ class EvalConfig:
     kl_to_base_samples: int = 4
     """Completions sampled from pi_0 per probe prompt."""
     retention: RetentionConfig = field(default_factory=RetentionConfig)
-    """Held-out accuracy on a second task before and after training (reasoning_rl.retention); off by default."""
+    """Held-out accuracy on a second task before and after training (reasoning_rl.evaluation.retention); off by default."""
 
 
 @dataclass

@@ -5,8 +5,8 @@ item no reward (NaN, left out by the estimators). A few such items are normal; a
 fails on most of them makes every later number meaningless (``loss/total`` 0, held-out accuracy
 0.0%) while the run looks healthy. :class:`RewardGuard` is fed each scoring batch's outcome, per
 reward component (verifier), from where the scores are produced: training steps
-(:func:`reasoning_rl.groups.sample_and_score`), held-out evaluation and the warm-start probe
-(:mod:`reasoning_rl.heldout`). With f = failed items (status ``error``
+(:func:`reasoning_rl.algo.groups.sample_and_score`), held-out evaluation and the warm-start probe
+(:mod:`reasoning_rl.evaluation.heldout`). With f = failed items (status ``error``
 or ``timeout``: :data:`FAILED`) and n = items scored by one verifier:
 
     any batch:        f == n > 0                                  -> stop (BrokenRewardError)

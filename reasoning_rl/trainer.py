@@ -8,7 +8,7 @@
     for each step: algorithm.step() -> log metrics (and kl/base_forward every N) and completions -> checkpoint
     evaluate      held-out accuracy after training; plot, summary.json
 
-Asynchronous rollouts (``rollout.max_staleness=k >= 1``, reasoning_rl.async_rollout): before each step the
+Asynchronous rollouts (``rollout.max_staleness=k >= 1``, reasoning_rl.rollouts.async_engine): before each step the
 loop requests the rollouts of that step and the next k from a generator process (the prompt sampler's
 prompts of those steps, each step's seed, the weights of version max(0, s - k)), and hands it every new
 version after the update; the algorithm's ``generate`` call then returns what was sampled meanwhile.
@@ -37,32 +37,32 @@ from typing import Any
 import numpy as np
 import torch
 
-from reasoning_rl import checkpoint as ckpt
+from reasoning_rl.run_folder import checkpoint as ckpt
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import Algorithm, RunContext
 from reasoning_rl.algo.batch import step_seed
 from reasoning_rl.algo.registry import get_algorithm
 from reasoning_rl.async_checks import reference_refusal
-from reasoning_rl.async_rollout import AsyncEngine, Request, async_engine, trainer_reward
-from reasoning_rl.atomic import atomic_write_text
+from reasoning_rl.rollouts.async_engine import AsyncEngine, Request, async_engine, trainer_reward
+from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.envs.episode import with_environment
-from reasoning_rl.heldout import evaluate_heldout
-from reasoning_rl.inject import inject_engine
-from reasoning_rl.kl_to_base import BaseProbe, forward_kl, sample_probe
+from reasoning_rl.evaluation.heldout import evaluate_heldout
+from reasoning_rl.rollouts.inject import inject_engine
+from reasoning_rl.evaluation.kl_to_base import BaseProbe, forward_kl, sample_probe
 from reasoning_rl.memory import allocator_choice, memory_report, set_allocator
-from reasoning_rl.metrics_log import plot_training_curves, read_metrics, with_heldout_ends
+from reasoning_rl.run_folder.metrics_log import plot_training_curves, read_metrics, with_heldout_ends
 from reasoning_rl.policy.engines import HFEngine, make_engine
 from reasoning_rl.policy.loading import apply_memory_settings, load_model, load_pretrained, set_training
 from reasoning_rl.policy.planner import log_plan
 from reasoning_rl.policy.precision import mark_precision
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.policy.runtime_check import check_runtime
-from reasoning_rl.prompt_sampler import PromptSampler
-from reasoning_rl.retention import Retention
+from reasoning_rl.rollouts.prompt_sampler import PromptSampler
+from reasoning_rl.evaluation.retention import Retention
 from reasoning_rl.reward_guard import RewardGuard
-from reasoning_rl.rollout import SamplingConfig
-from reasoning_rl.run_log import open_run_log
+from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.run_folder.log import open_run_log
 from reasoning_rl.tasks import Task
 from reasoning_rl.warmstart import supervised_warm_start
 from rewards.pool import WorkerPool
@@ -126,9 +126,9 @@ class Trainer:
         log.info("policy runtime: %s", self.runtime.describe())
         self.engine = make_engine(cfg.rollout.backend, self.model, self.tokenizer, batch_size=cfg.rollout.batch_size,
                                   rollout=cfg.rollout, workdir=self.run_dir / ".vllm", seed=cfg.trainer.seed)
-        # Training rollouts come from a perturbed copy when rollout.inject makes a mismatch (reasoning_rl.inject).
+        # Training rollouts come from a perturbed copy when rollout.inject makes a mismatch (reasoning_rl.rollouts.inject).
         rollout_engine = inject_engine(self.engine, cfg.rollout, self.model, cfg.trainer.seed)
-        # rollout.max_staleness >= 1: they come from a generator process running ahead (reasoning_rl.async_rollout),
+        # rollout.max_staleness >= 1: they come from a generator process running ahead (reasoning_rl.rollouts.async_engine),
         # scored there too (the algorithm's reward then hands over the generator's scores: trainer_reward).
         rollout_engine = async_engine(rollout_engine, cfg.rollout, self.model, self.tokenizer, reward=self.reward)
         self.train_examples = self.task.examples(self.task.train_split, self.tokenizer)
@@ -286,7 +286,7 @@ class Trainer:
         update = getattr(self.engine, "update_policy", None)
         if update is not None:
             update(self.model, self.step)
-        if self.context.engine is not self.engine:  # rollout.inject's copy (reasoning_rl.inject)
+        if self.context.engine is not self.engine:  # rollout.inject's copy (reasoning_rl.rollouts.inject)
             self.context.engine.update_policy(self.model, self.step)
 
     # -- the loop ---------------------------------------------------------------------------------------
@@ -375,7 +375,7 @@ class Trainer:
         return distributed.broadcast_object(summary)
 
     def _kl_probe(self) -> BaseProbe | None:
-        """The probe of ``kl/base_forward`` (reasoning_rl.kl_to_base) when ``evaluation.kl_to_base_every``
+        """The probe of ``kl/base_forward`` (reasoning_rl.evaluation.kl_to_base) when ``evaluation.kl_to_base_every``
         is set: sampled from the policy as RL starts and saved, or the saved one when resuming.
         Data-parallel: each rank samples (and saves) its own probe; the logged value is their mean."""
         e = self.cfg.evaluation
@@ -402,7 +402,7 @@ class Trainer:
         return probe
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out greedy and sampled accuracy of the current policy (reasoning_rl.heldout).
+        """Held-out greedy and sampled accuracy of the current policy (reasoning_rl.evaluation.heldout).
         Data-parallel: rank 0 evaluates on all held-out problems, the other ranks wait and get {}
         (a sharded policy is first gathered on every rank, so rank 0 samples without collectives)."""
         with distributed.full_parameters(self.model):
@@ -429,7 +429,7 @@ class Trainer:
     def save(self) -> Path:
         """``checkpoint-<step>``: the policy, what resuming needs (algorithm state, data position) and how
         the policy was prompted (``prompting.json``, read by ``reasoning-rl-eval``).
-        Every rank calls it; rank 0 writes, the others wait until it is complete (reasoning_rl.checkpoint)."""
+        Every rank calls it; rank 0 writes, the others wait until it is complete (reasoning_rl.run_folder.checkpoint)."""
         state = {**self.algorithm.state_dict(), "sampler": self.sampler.state_dict()}
         if self._stale_versions():  # the k older versions the next steps sample with (exact resume)
             state["weight_history"] = self.context.engine.weight_history()

@@ -45,9 +45,9 @@ from reasoning_rl.config import (
     mask_observations_problem,
 )
 from reasoning_rl.envs.registry import get_environment
-from reasoning_rl.heldout import accuracy_of
+from reasoning_rl.evaluation.heldout import accuracy_of
 from reasoning_rl.reward_guard import RewardGuard
-from reasoning_rl.rollout import RolloutEngine, SamplingConfig
+from reasoning_rl.rollouts.sampling import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks import Example
 
 log = logging.getLogger(__name__)

@@ -75,7 +75,7 @@ def worker(overrides: list[str], run_dir: str) -> dict[str, Any]:
 
     from reasoning_rl.cli import to_train_config
     from reasoning_rl.memory import peak_rss_bytes
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
 
     with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):

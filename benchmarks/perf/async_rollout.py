@@ -118,9 +118,9 @@ def summarise(run_dir: Path, skip: int) -> dict[str, Any]:
 
 def accuracy_lines(results: dict[int, list[dict[str, Any]]]) -> list[str]:
     """Held-out greedy accuracy after training: each side's mean over rounds (seeds) with its 95% bootstrap
-    interval (reasoning_rl.report_stats, as the sweep report), the paired difference k=1 - k=0 on the same
+    interval (reasoning_rl.reporting.stats, as the sweep report), the paired difference k=1 - k=0 on the same
     seeds with its interval, and whether k = 1's mean lies within k = 0's interval (the issue's target)."""
-    from reasoning_rl.report_stats import bootstrap_mean
+    from reasoning_rl.reporting.stats import bootstrap_mean
 
     acc = {k: [x["greedy_after"] for x in v] for k, v in results.items()}
     if any(a is None for v in acc.values() for a in v):

@@ -127,7 +127,7 @@ def alternated_rounds(run_side: Callable[[str, int], dict[str, Any]], sides: tup
 def one_side(engine: Any, tok: Any, args: argparse.Namespace, cache: bool, seed: int) -> dict[str, Any]:
     from reasoning_rl.envs import EpisodeConfig
     from reasoning_rl.envs.episode import EpisodeEngine
-    from reasoning_rl.rollout import SamplingConfig
+    from reasoning_rl.rollouts.sampling import SamplingConfig
 
     prompts = workload_prompts(args)
     episodes = EpisodeEngine(engine, tok, ENV_NAME, EpisodeConfig(max_turns=args.turns, max_tokens=episode_budget(args),

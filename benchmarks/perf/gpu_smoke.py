@@ -120,7 +120,7 @@ def figures_of(metrics: list[dict[str, Any]], backend: str) -> dict[str, Any]:
 def run(argv: list[str]) -> BenchResult:
     import torch
 
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
 
     args = parse_args(argv)

@@ -26,7 +26,7 @@ def worst_difference(model, tokenizer, runtime: str, dtype: torch.dtype, seeds: 
     from reasoning_rl.policy import runtime_check
     from reasoning_rl.policy.engines import NativeEngine
     from reasoning_rl.policy.runtime import decide_runtime, set_runtime
-    from reasoning_rl.rollout import SamplingConfig
+    from reasoning_rl.rollouts.sampling import SamplingConfig
 
     model.to(dtype)
     set_runtime(model, decide_runtime(model, runtime))

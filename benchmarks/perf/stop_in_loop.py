@@ -51,7 +51,7 @@ def one_side(engine: Any, tok: Any, args: argparse.Namespace, seed: int) -> dict
     """The episodes of one side, its wall time and the engine's decode counts for them."""
     from reasoning_rl.envs import EpisodeConfig
     from reasoning_rl.envs.episode import EpisodeEngine
-    from reasoning_rl.rollout import SamplingConfig
+    from reasoning_rl.rollouts.sampling import SamplingConfig
 
     prompts = workload_prompts(args)
     episodes = EpisodeEngine(engine, tok, ENV_NAME, EpisodeConfig(max_turns=args.turns,

@@ -168,7 +168,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     """Train ``args.steps`` steps in this process and measure them."""
     from benchmarks.perf.workload import ModelShape, save_model, write_definition
     from reasoning_rl.memory import peak_rss_bytes
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
 
     shape = ModelShape(args.hidden, args.layers, args.heads, args.intermediate, args.seed)

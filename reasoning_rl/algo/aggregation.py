@@ -23,7 +23,7 @@ class LossNormalizer:
     micro-batch; ``max_tokens`` is Dr. GRPO's constant (the longest completion allowed).
     In a data-parallel run the batch is the GLOBAL one (every rank's shard): each rank's
     loss is then its share of the global loss, and summing the ranks' gradients
-    (``reasoning_rl.optim.clip_and_measure``) gives the single-process gradient.
+    (``reasoning_rl.algo.optim.clip_and_measure``) gives the single-process gradient.
     """
 
     num_sequences: float

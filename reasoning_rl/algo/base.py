@@ -20,8 +20,8 @@ from reasoning_rl.algo.corrections import CorrectionConfig
 from reasoning_rl.reward_guard import RewardGuard
 
 if TYPE_CHECKING:
-    from reasoning_rl.prompt_sampler import PromptSampler
-    from reasoning_rl.rollout import RolloutEngine, SamplingConfig
+    from reasoning_rl.rollouts.prompt_sampler import PromptSampler
+    from reasoning_rl.rollouts.sampling import RolloutEngine, SamplingConfig
     from reasoning_rl.tasks import Example
     from rewards.compose import CompositeReward
     from rewards.pool import WorkerPool
@@ -79,7 +79,7 @@ class AlgoConfig:
     supports_async_rollouts: ClassVar[bool] = False
     """Whether the algorithm's step samples once, ``prompts_per_step`` x ``group_size`` with the policy at
     ``step_seed(seed, step)`` (reasoning_rl.algo.batch.sample_step), so that a generator process can run
-    ahead of it (``rollout.max_staleness``, reasoning_rl.async_rollout); tested for ``GRPOConfig`` and ``PPOConfig``."""
+    ahead of it (``rollout.max_staleness``, reasoning_rl.rollouts.async_engine); tested for ``GRPOConfig`` and ``PPOConfig``."""
 
     def fsdp_problems(self) -> list[str]:
         """Why ``trainer.fsdp=true`` cannot train these settings (empty when it can). FSDP runs
@@ -145,7 +145,7 @@ class RunContext:
     """True when the run continues from a checkpoint."""
     reward_guard: RewardGuard = field(default_factory=RewardGuard)
     """Stops the run when the reward's verifiers fail on too many items (reasoning_rl.reward_guard);
-    fed every training batch's scores by :func:`reasoning_rl.groups.sample_and_score`."""
+    fed every training batch's scores by :func:`reasoning_rl.algo.groups.sample_and_score`."""
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from reasoning_rl.groups import ScoredGroups, sample_and_score
+from reasoning_rl.algo.groups import ScoredGroups, sample_and_score
 from reasoning_rl.policy.logprobs import frozen_logprobs
 from reasoning_rl.policy.precision import MixedPrecision
 

@@ -45,18 +45,18 @@ from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.async_checks import reference_refusal
 from reasoning_rl.batching import pack
-from reasoning_rl.groups import (
+from reasoning_rl.algo.groups import (
     ScoredGroups,
     completion_rows,
     informative_groups,
     rollout_metrics,
     select_groups,
 )
-from reasoning_rl.optim import build_optimizer, step_optimizer
+from reasoning_rl.algo.optim import build_optimizer, step_optimizer
 from reasoning_rl.policy.loading import set_training
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
 from reasoning_rl.policy.precision import MixedPrecision
-from reasoning_rl.reference import frozen_reference, reset_reference
+from reasoning_rl.algo.reference import frozen_reference, reset_reference
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class GRPO(Algorithm):
 
     def generator_reference(self) -> ReferenceJob | None:
         """pi_ref and how :meth:`update` computes its log-probs, for the asynchronous generator to compute
-        them for its completions (reasoning_rl.async_rollout); None where the rule says the update does
+        them for its completions (reasoning_rl.rollouts.async_engine); None where the rule says the update does
         (reasoning_rl.async_checks.reference_refusal)."""
         if self.ref_model is None or reference_refusal(self.ctx.cfg) is not None:
             return None

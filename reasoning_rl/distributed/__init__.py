@@ -5,11 +5,11 @@ How a run becomes data-parallel (launched by ``torchrun --nproc_per_node N`` or
 ``accelerate launch``, which set RANK / WORLD_SIZE / LOCAL_RANK):
 
     prompts     every rank draws the same global batch and keeps its shard
-                (:meth:`reasoning_rl.prompt_sampler.PromptSampler.next`); a group is never split
+                (:meth:`reasoning_rl.rollouts.prompt_sampler.PromptSampler.next`); a group is never split
     samples     each rank generates and scores its shard, seeded by (seed, step, rank) (:func:`rank_seed`)
     loss        the denominators are the GLOBAL batch's (:meth:`LossNormalizer.for_batch`
                 all-reduces the counts), so each rank's loss is its share of the global loss
-    gradients   summed over ranks before measuring and clipping (:func:`reasoning_rl.optim.clip_and_measure`):
+    gradients   summed over ranks before measuring and clipping (:func:`reasoning_rl.algo.optim.clip_and_measure`):
                 sum_r grad(loss_r) = grad(sum_r loss_r) = the single-process gradient
     writes      only rank 0 writes the run folder; every rank waits at a barrier around a checkpoint
 

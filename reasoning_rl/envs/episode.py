@@ -1,7 +1,7 @@
 """Multi-turn episodes over any rollout engine: sample a turn, let the environment answer, continue.
 
 :class:`EpisodeEngine` wraps an engine that can continue from token ids (``generate_from_ids``:
-the hf and native engines) and is itself a :class:`reasoning_rl.rollout.RolloutEngine`, so the
+the hf and native engines) and is itself a :class:`reasoning_rl.rollouts.sampling.RolloutEngine`, so the
 algorithms and held-out evaluation use it unchanged. For each episode, with ``B`` the token
 budget (``task.episode.max_tokens``)::
 
@@ -44,7 +44,7 @@ from reasoning_rl.envs.base import Environment, EpisodeConfig, StepResult, Turn
 from reasoning_rl.envs.chat import hands_turn_end, observation_tokens
 from reasoning_rl.envs.registry import check_options, environment_class, get_environment
 from reasoning_rl.errors import UserError
-from reasoning_rl.rollout import Completion, SamplingConfig
+from reasoning_rl.rollouts.sampling import Completion, SamplingConfig
 
 log = logging.getLogger(__name__)
 

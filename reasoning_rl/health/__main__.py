@@ -11,7 +11,7 @@ from pathlib import Path
 from reasoning_rl.errors import USER_ERROR_EXIT, UserError
 from reasoning_rl.health.config import HealthConfig
 from reasoning_rl.health.monitor import HealthMonitor, replay
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.metrics_log import read_metrics
 
 
 def replay_run(run_dir: Path, cfg: HealthConfig) -> list[str]:

@@ -134,7 +134,7 @@ class HealthSink:
         self.path = self.run_dir / HEALTH_FILE
         self.monitor = HealthMonitor.from_config(cfg)
         self.listeners: list[Callable[[int, list[dict[str, Any]]], None]] = []
-        """Called with each step's event rows (the trackers: reasoning_rl.run_log)."""
+        """Called with each step's event rows (the trackers: reasoning_rl.run_folder.log)."""
         # An empty health.jsonl and "health": [] in status.json say the rules ran and nothing fired.
         _keep_rows_up_to(self.path, resume_step or 0)
         for row in earlier:
@@ -163,14 +163,14 @@ class HealthSink:
 
 
 def _record_open(run_dir: Path, warnings: list[dict[str, Any]]) -> None:
-    from reasoning_rl.run_status import update_status
+    from reasoning_rl.run_folder.status import update_status
 
     update_status(run_dir, health=warnings)
 
 
 def _keep_rows_up_to(path: Path, step: int) -> None:
     """health.jsonl with the rows up to ``step`` (none on a fresh start), created when missing."""
-    from reasoning_rl.atomic import atomic_write_text
+    from reasoning_rl.run_folder.atomic import atomic_write_text
 
     text = path.read_text() if path.exists() else ""
     kept = [line for line in text.splitlines() if line.strip() and json.loads(line)["step"] <= step]

@@ -39,7 +39,7 @@ def first_batch_metrics(ctx: Any, cfg: Any) -> dict[str, float]:
     ``groups/zero_std_fraction`` and ``prompt/length_max`` (tokens)."""
     from reasoning_rl.algo.advantages import zero_std_fraction
     from reasoning_rl.algo.batch import step_seed
-    from reasoning_rl.groups import rollout_metrics, sample_and_score
+    from reasoning_rl.algo.groups import rollout_metrics, sample_and_score
 
     indices = ctx.sampler.upcoming(cfg.algo.prompts_per_step, 1)[0]
     examples = [ctx.train_examples[i] for i in indices]
@@ -85,7 +85,7 @@ def preflight_warnings(metrics: dict[str, float], max_new_tokens: int, context: 
 
 def run_preflight(ctx: Any, cfg: Any, run_dir: Path) -> list[dict[str, Any]]:
     """Sample and read the first batch; log, write and record what it finds. Returns the warning rows."""
-    from reasoning_rl.run_status import update_status
+    from reasoning_rl.run_folder.status import update_status
 
     metrics = first_batch_metrics(ctx, cfg)
     context = getattr(getattr(ctx.model, "config", None), "max_position_embeddings", None)

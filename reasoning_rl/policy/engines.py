@@ -2,7 +2,7 @@
 ``native`` (our decode loop, on the lean runtime when ``model.runtime`` chose it). The vLLM
 engines, which hold their own copy of the weights, are in :mod:`reasoning_rl.policy.vllm`;
 :func:`make_engine` builds any of them from ``rollout.backend``. What a rollout is (the
-settings, a completion, the engine protocol, stop strings) is :mod:`reasoning_rl.rollout`.
+settings, a completion, the engine protocol, stop strings) is :mod:`reasoning_rl.rollouts.sampling`.
 
 Every engine knows the policy version it samples from (``policy_version``: the number of RL
 steps whose update produced the weights) and tags each completion with it; the run loop calls
@@ -33,7 +33,7 @@ from reasoning_rl.policy.lean.context_cache import CachedContext, ContextCache
 from reasoning_rl.policy.lm_head import sampling_support
 from reasoning_rl.policy.runtime import uses_lean
 from reasoning_rl.policy.stopping import StopWatch
-from reasoning_rl.rollout import Completion, RolloutEngine, SamplingConfig, check_id_rows, cut_at_stop
+from reasoning_rl.rollouts.sampling import Completion, RolloutEngine, SamplingConfig, check_id_rows, cut_at_stop
 
 BATCH_SEED_STRIDE = 104_729
 """A prime: batch k of a native call seeded s draws from seed ``s + k * BATCH_SEED_STRIDE``."""
@@ -201,7 +201,7 @@ class HFEngine:
     def _finish(self, ids: list[int], logprobs: list[float], sampling: SamplingConfig,
                 prompt_ids: list[int]) -> Completion:
         """A row of new tokens and their log-probs as a :class:`Completion`: cut after EOS (kept),
-        cut at the first stop string (:func:`reasoning_rl.rollout.cut_at_stop`). Only the filler after
+        cut at the first stop string (:func:`reasoning_rl.rollouts.sampling.cut_at_stop`). Only the filler after
         EOS is dropped: a row without EOS ran the whole length, so every one of its tokens was sampled
         (a sampled ``<pad>`` included) and reaches the trainer unchanged, as the sampler saw it."""
         eos = self.tokenizer.eos_token_id
@@ -277,7 +277,7 @@ class NativeEngine(HFEngine):
     holds a stop string that no later token can move (:class:`reasoning_rl.policy.stopping.StopWatch`):
     a multi-turn episode's turn ends at one, and the rows that reached it no longer decode filler until
     the slowest row ends. The completions are the ones decoding on would give (the same tokens, text,
-    log-probs and finish reasons, :func:`~reasoning_rl.rollout.cut_at_stop` still cuts each row): a
+    log-probs and finish reasons, :func:`~reasoning_rl.rollouts.sampling.cut_at_stop` still cuts each row): a
     finished row keeps taking its random draw every step (padding replaces its token), so the other
     rows draw what they drew before; and a seeded call with stop strings seeds each of its batches
     (:meth:`_seed_batch`), so a batch that ends sooner changes no later batch. ``decode_steps`` and ``decoded_tokens`` count

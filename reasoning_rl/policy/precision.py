@@ -109,7 +109,7 @@ class MixedPrecision:
         with mp.autocast():
             logp = forward(...)          # bfloat16/float16 matmuls; float32 log-probs
         mp.backward(loss)                # S * loss under fp16
-        grad_norm = reasoning_rl.optim.step_optimizer(optimizer, params, max_norm, mp)
+        grad_norm = reasoning_rl.algo.optim.step_optimizer(optimizer, params, max_norm, mp)
                                          # unscale, clip, step (inf/NaN under fp16: skipped, S halved)
     """
 

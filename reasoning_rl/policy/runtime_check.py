@@ -34,7 +34,7 @@ from reasoning_rl.batching import pack
 from reasoning_rl.errors import UserError
 from reasoning_rl.policy.lm_head import sampling_support
 from reasoning_rl.policy.logprobs import completion_logprobs
-from reasoning_rl.rollout import RolloutEngine, SamplingConfig
+from reasoning_rl.rollouts.sampling import RolloutEngine, SamplingConfig
 
 TOLERANCES: dict[torch.dtype, float] = {torch.float32: 1e-3, torch.bfloat16: 1.0, torch.float16: 0.25}
 """Largest accepted ``max |runtime - module|`` (nats) by the weights' dtype, about 25x (float32)

@@ -2,20 +2,20 @@
 settled, so the loop finishes them like EOS rows instead of decoding filler until the slowest row ends.
 
 The completion does not change: the engine still cuts each row afterwards with
-:func:`reasoning_rl.rollout.cut_at_stop`, and a row is finished only once that cut can no longer move
-(:func:`reasoning_rl.rollout.stop_settled`), so every token it would have sampled after this point lies
+:func:`reasoning_rl.rollouts.sampling.cut_at_stop`, and a row is finished only once that cut can no longer move
+(:func:`reasoning_rl.rollouts.sampling.stop_settled`), so every token it would have sampled after this point lies
 past the cut. Finishing a row late (or never) gives the same completion too: it only costs decode steps.
 That splits the work in two:
 
 - a cheap filter each step: decode a tail window of each running row's new tokens (with a fast
   tokenizer's own backend, no Python per token) and look for a stop string in it;
 - the exact check, only for the rows the filter flags: decode the row's new tokens whole and ask
-  :func:`~reasoning_rl.rollout.stop_settled`. A row is flagged from the step a stop string completes
+  :func:`~reasoning_rl.rollouts.sampling.stop_settled`. A row is flagged from the step a stop string completes
   until it is settled, usually that one step.
 
 The window. When a row's stop string first becomes settled, where it begins is bounded in characters:
 either it was just completed, so it begins within ``longest - 1`` characters before the new token's
-text, or an earlier step found it unsettled, which :func:`~reasoning_rl.rollout.stop_settled` allows
+text, or an earlier step found it unsettled, which :func:`~reasoning_rl.rollouts.sampling.stop_settled` allows
 only while a stop string may still begin before it (within ``longest - 1`` characters of the end) or,
 with the space clean-up lookahead, while fewer than ``longest + lookahead`` characters follow it. So
 ``longest + lookahead`` characters before the new token cover it, plus up to 3 characters that decode
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from reasoning_rl.rollout import stop_settled
+from reasoning_rl.rollouts.sampling import stop_settled
 
 CLEANUP_LOOKAHEAD = 8
 """Characters at the end of a decoded text that a tokenizer with ``clean_up_tokenization_spaces`` may

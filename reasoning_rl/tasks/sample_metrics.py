@@ -2,7 +2,7 @@
 
 They belong with the scoring of a task (:mod:`reasoning_rl.tasks.scoring` grades one sample;
 this module turns a problem's n graded samples into pass@k / maj@k), so that training
-(held-out evaluation, ``reasoning_rl.heldout``) and the benchmark harness
+(held-out evaluation, ``reasoning_rl.evaluation.heldout``) and the benchmark harness
 (``benchmarks.metrics``, ``benchmarks.evaluate``) use the same functions and neither imports
 the other. Every function is pure: verdicts and answers in, numbers out.
 

@@ -1,6 +1,6 @@
 """Correctness of completions, decided once for training and evaluation.
 
-Held-out evaluation during training (:mod:`reasoning_rl.heldout`) and the benchmark
+Held-out evaluation during training (:mod:`reasoning_rl.evaluation.heldout`) and the benchmark
 harness (:mod:`benchmarks.evaluate`) both call :func:`grade` with the verifier a
 dataset definition names, and both count a sample as correct by :func:`is_correct`.
 """

@@ -1,5 +1,5 @@
 """``trainer.loggers``: the trackers a run writes to, by name. Adding one is one class and one row of
-:data:`TRACKERS`; the trainer never learns their names (reasoning_rl.run_log attaches them as metrics sinks).
+:data:`TRACKERS`; the trainer never learns their names (reasoning_rl.run_folder.log attaches them as metrics sinks).
 
 A tracker run's id is kept in the run folder's ``trackers.json``, so a resumed run continues it. Its
 failures after the start warn once and never stop the run (:class:`~reasoning_rl.trackers.base.Guarded`);
@@ -109,7 +109,7 @@ def open_trackers(names: Sequence[str], cfg: TrackingConfig, run_dir: Path, conf
         ids[name] = tracker.run_id
         out.append(Guarded(name, tracker))
     if out:
-        from reasoning_rl.atomic import atomic_write_text
+        from reasoning_rl.run_folder.atomic import atomic_write_text
 
         atomic_write_text(ids_path, json.dumps(ids, indent=2))
         _OPEN[run_dir.resolve()] = out

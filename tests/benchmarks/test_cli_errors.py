@@ -73,7 +73,7 @@ def test_bench_unknown_benchmark_and_unwritable_results(tmp_path):
 
 @pytest.mark.parametrize("debug", [False, True])
 def test_report_of_a_missing_folder(tmp_path, debug):
-    out = _run(tmp_path, "reasoning_rl.report", str(tmp_path / "nope"), *(["--debug"] if debug else []))
+    out = _run(tmp_path, "reasoning_rl.reporting.report", str(tmp_path / "nope"), *(["--debug"] if debug else []))
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == f"reasoning-rl-report: sweep folder '{tmp_path / 'nope'}' does not exist"
     assert ("Traceback" in out.stderr) == debug

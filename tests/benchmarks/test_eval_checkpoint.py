@@ -13,10 +13,10 @@ import pytest
 
 from benchmarks.config import EvalConfig
 from benchmarks.runner import run
-from reasoning_rl.checkpoint import PROMPTING_FILE
+from reasoning_rl.run_folder.checkpoint import PROMPTING_FILE
 from reasoning_rl.config import TrainConfig
 from reasoning_rl.policy.loading import TinyModelConfig
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.trainer import Trainer
 
 EVAL_PROBLEMS = 8
@@ -219,7 +219,7 @@ def test_sweep_leaves_out_a_corrupt_checkpoint_and_says_which(tiny_run, tmp_path
     truncated weights file; the sweep goes on with the intact checkpoint and prints which it left out."""
     import shutil
 
-    from reasoning_rl.checkpoint import CheckpointError
+    from reasoning_rl.run_folder.checkpoint import CheckpointError
 
     run_dir = tmp_path / "run"
     shutil.copytree(tiny_run, run_dir)

@@ -156,7 +156,7 @@ def test_checkpoint_sweep_writes_table_and_plot(tiny_run: Path, tmp_path: Path, 
 
 
 def test_vllm_backend_without_vllm_says_how_to_install() -> None:
-    pytest.importorskip("reasoning_rl.rollout")
+    pytest.importorskip("reasoning_rl.rollouts.sampling")
     try:
         import vllm  # noqa: F401
     except ImportError:

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.evaluate import EngineSource, ScoringSettings, episode_line, evaluate
 from reasoning_rl.envs import EpisodeConfig
-from reasoning_rl.rollout import Completion, cut_at_stop
+from reasoning_rl.rollouts.sampling import Completion, cut_at_stop
 from reasoning_rl.tasks.data import Problem
 from reasoning_rl.tasks.definition import get_definition
 from rewards import get_verifier

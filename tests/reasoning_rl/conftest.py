@@ -71,8 +71,8 @@ def resume_matches_uninterrupted_run():
     (PROCESS_DIAGNOSTICS aside). Returns the uninterrupted run's metrics for further checks."""
 
     def check(cfg, tmp_path):
-        from reasoning_rl.checkpoint import list_checkpoints
-        from reasoning_rl.metrics_log import read_metrics
+        from reasoning_rl.run_folder.checkpoint import list_checkpoints
+        from reasoning_rl.run_folder.metrics_log import read_metrics
         from reasoning_rl.trainer import Trainer
 
         _train(cfg, tmp_path / "full")

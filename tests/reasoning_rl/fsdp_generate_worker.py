@@ -10,7 +10,7 @@ import torch
 from reasoning_rl import distributed
 from reasoning_rl.policy.engines import HFEngine
 from reasoning_rl.policy.loading import build_tiny_model
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.rollouts.sampling import SamplingConfig
 
 
 def main() -> None:

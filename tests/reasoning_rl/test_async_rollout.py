@@ -10,7 +10,7 @@ import torch
 
 from reasoning_rl.algo.batch import ReferenceJob, reference_rows
 from reasoning_rl.async_checks import reference_refusal
-from reasoning_rl.async_rollout import (
+from reasoning_rl.rollouts.async_engine import (
     AsyncEngine,
     GeneratorError,
     PrescoredReward,
@@ -19,12 +19,12 @@ from reasoning_rl.async_rollout import (
     pack_state,
     unpack_state,
 )
-from reasoning_rl.checkpoint import load_trainer_state
+from reasoning_rl.run_folder.checkpoint import load_trainer_state
 from reasoning_rl.config import ConfigError, validate
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.policy.loading import load_model
-from reasoning_rl.prompt_sampler import PromptSampler
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.rollouts.prompt_sampler import PromptSampler
+from reasoning_rl.rollouts.sampling import SamplingConfig
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import _train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented

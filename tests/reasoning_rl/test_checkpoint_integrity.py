@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reasoning_rl import checkpoint as ckpt
+from reasoning_rl.run_folder import checkpoint as ckpt
 from reasoning_rl.errors import UserError
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 
@@ -71,7 +71,7 @@ def test_damage_is_named(run_dir: Path, damage, expected: str) -> None:
 def test_resume_skips_corrupt_newest_checkpoints_and_says_so(run_dir: Path, caplog) -> None:
     flip_a_byte(run_dir / "checkpoint-6" / "model.safetensors")
     truncate(run_dir / "checkpoint-4" / ckpt.STATE_FILE)
-    with caplog.at_level(logging.WARNING, logger="reasoning_rl.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="reasoning_rl.run_folder.checkpoint"):
         chosen = ckpt.resume_checkpoint(run_dir)
     assert chosen == run_dir / "checkpoint-2"
     text = caplog.text
@@ -88,7 +88,7 @@ def test_resume_tidies_what_a_killed_checkpoint_write_left(run_dir: Path, caplog
     (run_dir / ".checkpoint-8.tmp" / "model.safetensors").write_bytes(b"half")
     (run_dir / "checkpoint-6").rename(run_dir / ".checkpoint-6.old")
     (run_dir / ".other.tmp").mkdir()  # not a checkpoint's: left alone
-    with caplog.at_level(logging.WARNING, logger="reasoning_rl.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="reasoning_rl.run_folder.checkpoint"):
         assert ckpt.resume_checkpoint(run_dir) == run_dir / "checkpoint-6"
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == [".other.tmp"]
     assert f"removed the unfinished write {run_dir / '.checkpoint-8.tmp'}" in caplog.text
@@ -110,7 +110,7 @@ def test_resume_with_no_checkpoint_is_a_fresh_start(tmp_path: Path) -> None:
 def test_legacy_checkpoint_without_manifest_is_used_with_a_warning(run_dir: Path, caplog) -> None:
     for step in (2, 4, 6):
         (run_dir / f"checkpoint-{step}" / ckpt.MANIFEST_FILE).unlink()
-    with caplog.at_level(logging.WARNING, logger="reasoning_rl.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="reasoning_rl.run_folder.checkpoint"):
         assert ckpt.resume_checkpoint(run_dir) == run_dir / "checkpoint-6"
     assert "has no manifest.json (written by an older version)" in caplog.text
     # Structural checks still catch truncation: a cut safetensors file, a cut trainer_state.pt.

@@ -19,7 +19,7 @@ from reasoning_rl.cli import run_training, to_train_config
 from reasoning_rl.config import register_configs
 from reasoning_rl.entry_points import as_user_error
 from reasoning_rl.errors import DEBUG_ENV
-from reasoning_rl.run_folder import RunFolderConflict, prepare_run_folder
+from reasoning_rl.run_folder.lock import RunFolderConflict, prepare_run_folder
 from tests.reasoning_rl.conftest import TINY_OVERRIDES
 
 PROG = "reasoning-rl-train: "
@@ -127,7 +127,7 @@ def test_a_full_disk_is_recorded_as_failed_and_reported_in_one_line(tmp_path, mo
             pass
 
     monkeypatch.setattr("reasoning_rl.trainer.Trainer", FullDiskTrainer)
-    monkeypatch.setattr("reasoning_rl.run_status.atomic_write_text", atomic_write_text)
+    monkeypatch.setattr("reasoning_rl.run_folder.status.atomic_write_text", atomic_write_text)
     monkeypatch.setattr(cli, "atomic_write_text", atomic_write_text)
     register_configs()
     with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):

@@ -18,13 +18,13 @@ import torch
 
 from reasoning_rl import distributed
 from reasoning_rl.algo.aggregation import LossNormalizer
-from reasoning_rl.checkpoint import STATE_FILE, list_checkpoints
+from reasoning_rl.run_folder.checkpoint import STATE_FILE, list_checkpoints
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.distributed import process_group
-from reasoning_rl.metrics_log import read_metrics
-from reasoning_rl.optim import clip_and_measure
+from reasoning_rl.run_folder.metrics_log import read_metrics
+from reasoning_rl.algo.optim import clip_and_measure
 from reasoning_rl.policy.loading import ModelConfig, TinyModelConfig, load_model, load_pretrained
-from reasoning_rl.prompt_sampler import PromptSampler
+from reasoning_rl.rollouts.prompt_sampler import PromptSampler
 from reasoning_rl.trainer import check_world_size
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 
@@ -63,9 +63,9 @@ def _env() -> dict[str, str]:
 
 
 def _node(endpoint: str, args: list[str], *rdzv_conf: str) -> subprocess.Popen:
-    """One "node" of a two-node launch: ``python -m reasoning_rl.torchrun --nnodes=2 --nproc_per_node=1``
+    """One "node" of a two-node launch: ``python -m reasoning_rl.launch.torchrun --nnodes=2 --nproc_per_node=1``
     with the c10d rendezvous at ``endpoint`` (two of these on this host stand in for two machines)."""
-    cmd = [sys.executable, "-m", "reasoning_rl.torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+    cmd = [sys.executable, "-m", "reasoning_rl.launch.torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
            f"--rdzv_endpoint={endpoint}", "--rdzv_id=two-nodes",
            *([f"--rdzv_conf={','.join(rdzv_conf)}"] if rdzv_conf else []), *args]
     return subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -248,7 +248,7 @@ def test_two_nodes_a_node_that_never_joins_fails_within_the_rendezvous_timeout_i
     _, stderr = alone.communicate(timeout=120)
     assert alone.returncode == 2
     assert stderr.strip().splitlines() == [
-        f"reasoning_rl.torchrun: the rendezvous at {endpoint} timed out after 5 s: --nnodes=2 nodes were expected "
+        f"reasoning_rl.launch.torchrun: the rendezvous at {endpoint} timed out after 5 s: --nnodes=2 nodes were expected "
         "and fewer joined; start the same command on every node (srun with one task per node does) or lower --nnodes"]
     assert not (tmp_path / "run").exists()
 
@@ -262,7 +262,7 @@ def test_two_nodes_an_endpoint_that_cannot_be_reached_is_named_in_one_line(tmp_p
     assert node.returncode == 2
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"reasoning_rl.torchrun: cannot reach the rendezvous endpoint {endpoint} within 2 s ("), stderr
+        f"reasoning_rl.launch.torchrun: cannot reach the rendezvous endpoint {endpoint} within 2 s ("), stderr
 
 
 # -- the pure parts ---------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ import json
 
 import torch
 
-from reasoning_rl.groups import ScoredGroups, completion_rows, rollout_metrics, select_groups, tamper_kinds
-from reasoning_rl.rollout import Completion
+from reasoning_rl.algo.groups import ScoredGroups, completion_rows, rollout_metrics, select_groups, tamper_kinds
+from reasoning_rl.rollouts.sampling import Completion
 from reasoning_rl.tasks import Example
 from rewards.batch import BatchScores
 from rewards.code import CodeVerifier
@@ -54,7 +54,7 @@ def test_selected_groups_keep_the_kinds() -> None:
 
 
 def test_a_grpo_run_with_the_audit_logs_its_metrics_and_disagreements(small_cfg, tmp_path) -> None:
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
     from rewards.audit import AuditConfig
 
@@ -81,7 +81,7 @@ def test_a_grpo_run_with_the_audit_logs_its_metrics_and_disagreements(small_cfg,
 
 
 def test_a_code_task_run_logs_the_tamper_counts(small_cfg, tmp_path) -> None:
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
 
     cfg = small_cfg

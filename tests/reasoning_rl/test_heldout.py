@@ -2,7 +2,7 @@
 
 import pytest
 
-from reasoning_rl.heldout import HeldOutResult, k_values, pass_and_maj_at_k
+from reasoning_rl.evaluation.heldout import HeldOutResult, k_values, pass_and_maj_at_k
 
 
 def test_k_values_are_powers_of_two_and_n():

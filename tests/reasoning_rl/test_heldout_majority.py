@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from reasoning_rl.heldout import evaluate_heldout
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.evaluation.heldout import evaluate_heldout
+from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example
 from rewards import VerifierResult, WorkerPool, register_verifier, unregister_verifier
 from rewards.compose import CompositeReward, RewardSpec

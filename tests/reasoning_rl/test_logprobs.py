@@ -158,7 +158,7 @@ def test_gradient_checkpointing_on_the_module_path_with_groups():
 def test_a_training_step_with_gradient_checkpointing_and_the_shared_prompt_forward(small_cfg, tmp_path):
     """Regression: model.gradient_checkpointing=true with algo.shared_prompt_forward=true (the
     default) crashed the update; now it trains exactly like the run without checkpointing."""
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
 
     small_cfg.trainer.steps = 2

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.metrics_log import read_metrics
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
-"""reward_curve.png: one panel per group of metrics the run logged (reasoning_rl.metrics_log)."""
+"""reward_curve.png: one panel per group of metrics the run logged (reasoning_rl.run_folder.metrics_log)."""
 
-from reasoning_rl.metrics_log import DASHBOARD, dashboard_panels, plot_training_curves, with_heldout_ends
+from reasoning_rl.run_folder.metrics_log import DASHBOARD, dashboard_panels, plot_training_curves, with_heldout_ends
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -65,7 +65,7 @@ def test_retention_joins_the_heldout_panel_when_it_ran():
 
 
 def test_health_marks_name_a_fired_rule_on_the_panels_of_its_keys_and_mark_its_step_on_all():
-    from reasoning_rl.metrics_log import dashboard_panels, health_marks
+    from reasoning_rl.run_folder.metrics_log import dashboard_panels, health_marks
 
     present = dashboard_panels([{"step": 1, "reward/mean": 0.5, "kl/mean": 0.1, "entropy/mean": 1.0}])
     rows = [{"step": 30, "rule": "kl_runaway", "event": "fired", "keys": ["kl/mean"]},
@@ -80,7 +80,7 @@ def test_health_marks_name_a_fired_rule_on_the_panels_of_its_keys_and_mark_its_s
 def test_the_dashboard_draws_the_health_jsonl_beside_it(tmp_path):
     import json
 
-    from reasoning_rl.metrics_log import plot_training_curves
+    from reasoning_rl.run_folder.metrics_log import plot_training_curves
 
     metrics = [{"step": s, "reward/mean": s / 10, "kl/mean": 0.01 * s} for s in range(1, 11)]
     plain = plot_training_curves(metrics, tmp_path / "plain" / "reward_curve.png").read_bytes()

@@ -6,7 +6,7 @@ import json
 
 import yaml
 
-from reasoning_rl import report
+from reasoning_rl.reporting import report
 
 
 def _run(run_dir, seed, steps):

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from reasoning_rl import report
+from reasoning_rl.reporting import report
 from reasoning_rl.config_checks import ConfigError
-from reasoning_rl.report_stats import bootstrap_mean, collapse_reason, setting_stats
+from reasoning_rl.reporting.stats import bootstrap_mean, collapse_reason, setting_stats
 
 
 def test_bootstrap_of_one_value_and_of_equal_values_is_that_value():

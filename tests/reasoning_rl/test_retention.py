@@ -1,4 +1,4 @@
-"""evaluation.retention: held-out accuracy on a second task before and after training (reasoning_rl.retention)."""
+"""evaluation.retention: held-out accuracy on a second task before and after training (reasoning_rl.evaluation.retention)."""
 
 import json
 import os
@@ -9,11 +9,11 @@ import pytest
 
 from reasoning_rl.cli import format_eval_table
 from reasoning_rl.config import ConfigError, validate
-from reasoning_rl.heldout import evaluate_heldout
+from reasoning_rl.evaluation.heldout import evaluate_heldout
 from reasoning_rl.policy.engines import HFEngine
 from reasoning_rl.policy.loading import load_pretrained
-from reasoning_rl.report import RunRecord, format_table
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.reporting.report import RunRecord, format_table
+from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example, get_definition, load_problems
 from reasoning_rl.trainer import Trainer
 from rewards.compose import CompositeReward, RewardSpec

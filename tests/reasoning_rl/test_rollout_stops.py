@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from reasoning_rl.rollout import stop_settled
+from reasoning_rl.rollouts.sampling import stop_settled
 
 
 @pytest.mark.parametrize("text, stops, lookahead, expected", [

@@ -34,7 +34,7 @@ from reasoning_rl.policy.vllm import (
     vllm_weight_name,
     vllm_weights,
 )
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.rollouts.sampling import SamplingConfig
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -301,7 +301,7 @@ def test_training_with_the_fake_vllm_engine_logs_versions_and_a_zero_mismatch(sm
     """The run loop drives the engine: sync after every step, versions in metrics and completions."""
     import json
 
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
 
     small_cfg.trainer.steps = 2

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from reasoning_rl.checkpoint import latest_checkpoint, list_checkpoints
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.checkpoint import latest_checkpoint, list_checkpoints
+from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import assert_runs_train_alike

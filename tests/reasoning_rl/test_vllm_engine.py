@@ -30,7 +30,7 @@ from reasoning_rl.envs import (
 )
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.policy.vllm import VLLMRolloutEngine, current_platform
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.rollouts.sampling import SamplingConfig
 from tests.reasoning_rl.conftest import _train
 
 pytestmark = [pytest.mark.vllm,
@@ -195,7 +195,7 @@ def grpo_runs(tmp_path_factory):
 
 
 def test_grpo_with_vllm_rollouts_tracks_the_trainer_and_the_native_run(grpo_runs):
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
 
     summary, run_dir = grpo_runs["vllm"]
     metrics = read_metrics(run_dir / "metrics.jsonl")
@@ -242,7 +242,7 @@ def test_a_lora_run_syncs_merged_weights_into_vllm(tmp_path):
     """peft's adapter starts at B = 0 (the base model); after the first update only merged weights
     (base + B A * alpha / r) make vLLM's log-probs equal the trainer's again, step after step."""
     pytest.importorskip("peft")
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
 
     cfg = _grpo_config("vllm", tmp_path / "lora")
     cfg.warmstart.enabled = False

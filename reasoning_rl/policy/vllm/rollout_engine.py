@@ -27,7 +27,7 @@ from reasoning_rl.policy.vllm.platform import (
 )
 from reasoning_rl.policy.vllm.sampler import VLLMSampler, logprob_mismatch
 from reasoning_rl.policy.vllm.weights import vllm_weights
-from reasoning_rl.rollout import Completion, SamplingConfig, check_id_rows
+from reasoning_rl.rollouts.sampling import Completion, SamplingConfig, check_id_rows
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class VLLMRolloutEngine(VLLMSampler):
         names another; both, the platform and the sleep mode are logged and kept in ``settings``
         (and ``workdir/rank-<r>/engine.json``)."""
         require_vllm("rollout.backend=vllm")
-        from reasoning_rl.atomic import atomic_directory_write
+        from reasoning_rl.run_folder.atomic import atomic_directory_write
 
         platform = current_platform()
         sleep_mode, sleep_why = resolve_sleep_mode(rollout.vllm_sleep_mode, platform)

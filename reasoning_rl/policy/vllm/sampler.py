@@ -1,4 +1,4 @@
-"""Sampling with a vLLM ``LLM`` behind the :class:`reasoning_rl.rollout.RolloutEngine` protocol, and the
+"""Sampling with a vLLM ``LLM`` behind the :class:`reasoning_rl.rollouts.sampling.RolloutEngine` protocol, and the
 evaluation engine that loads a checkpoint (reasoning_rl.policy.vllm)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from reasoning_rl import distributed
 from reasoning_rl.policy.vllm.availability import require_vllm
 from reasoning_rl.policy.vllm.platform import current_platform, engine_options, prefix_caching, start_llm
-from reasoning_rl.rollout import Completion, SamplingConfig, check_id_rows, cut_at_stop
+from reasoning_rl.rollouts.sampling import Completion, SamplingConfig, check_id_rows, cut_at_stop
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def sampled_logprobs(output: Any) -> list[float] | None:
 
 class VLLMSampler:
     """``generate(prompts, n, sampling, seed)`` over a vLLM ``LLM`` (the
-    :class:`reasoning_rl.rollout.RolloutEngine` protocol): prompts tokenized by ``tokenizer``
+    :class:`reasoning_rl.rollouts.sampling.RolloutEngine` protocol): prompts tokenized by ``tokenizer``
     without special tokens (as the HF engines do) and sent as token ids, each prompt its own
     request with its own seed (:func:`prompt_seed`), stop strings cut as the HF engines cut them.
     ``generate_from_ids(rows, sampling, seed)`` continues rows given as token ids (multi-turn

@@ -14,9 +14,9 @@ from reasoning_rl.algo.batch import (
     trained_tokens,
     training_rows,
 )
-from reasoning_rl.groups import ScoredGroups
-from reasoning_rl.prompt_sampler import PromptSampler
-from reasoning_rl.rollout import Completion, SamplingConfig
+from reasoning_rl.algo.groups import ScoredGroups
+from reasoning_rl.rollouts.prompt_sampler import PromptSampler
+from reasoning_rl.rollouts.sampling import Completion, SamplingConfig
 
 
 def test_the_step_seed_is_the_run_seed_times_a_prime_plus_the_step():

@@ -364,7 +364,7 @@ def test_cispo_and_gmpo_match_verls_formulas():
     {"entropy_control": "high_entropy"},
 ], ids=["cispo", "gmpo", "dual_clip", "nsr", "passk", "maxrl", "kl_in_reward", "clip_cov", "kl_cov", "80_20"])
 def test_each_objective_trains_two_steps_with_documented_finite_metrics(small_cfg, tmp_path, settings):
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
     from tests.reasoning_rl.documented_metrics import undocumented
 

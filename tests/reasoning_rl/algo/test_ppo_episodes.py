@@ -16,7 +16,7 @@ from reasoning_rl.algo.batch import MaskedTokens
 from reasoning_rl.algo.gae import gae_advantages, kl_penalized_rewards, last_action_index
 from reasoning_rl.algo.ppo import PPOConfig, action_mask
 from reasoning_rl.envs import Environment, StepResult, register_environment, unregister_environment
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
 from rewards.compose import RewardSpec
 from tests.reasoning_rl.conftest import _train, tiny_config

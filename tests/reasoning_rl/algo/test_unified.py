@@ -18,7 +18,7 @@ from reasoning_rl.algo.rft import RFT, RFTConfig
 from reasoning_rl.algo.sft import SFT, MissingSolutionError, SFTConfig
 from reasoning_rl.cli import to_train_config
 from reasoning_rl.config import ConfigError, register_configs, validate
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import assert_runs_train_alike

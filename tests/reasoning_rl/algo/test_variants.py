@@ -8,7 +8,7 @@ import torch
 
 from reasoning_rl.algo import compute_advantages
 from reasoning_rl.algo.losses import KL_ESTIMATORS, grpo_loss, kl_k1, kl_k2, kl_k3, sequence_log_ratio
-from reasoning_rl.groups import informative_groups
+from reasoning_rl.algo.groups import informative_groups
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import _train, tiny_model_config
 
@@ -63,7 +63,7 @@ def test_informative_groups():
 
 
 def test_dynamic_sampling_keeps_informative_groups_and_counts_the_waste(small_cfg, tmp_path):
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from rewards.compose import RewardSpec
 
     small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
@@ -109,7 +109,7 @@ def test_top_k_top_p_sampling_trains_on_the_sampled_distribution(small_cfg, tmp_
     sampler could draw, so every sampled token has a finite log-prob. At mu = 2 with a policy that
     does not move (lr 0), pi_old's log-probs (computed before the update, frozen_logprobs) and the
     training forward's must agree: ratio 1. (At mu = 1 pi_old is a detached copy: ratio 1 always.)"""
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
 
     small_cfg.rollout.top_k, small_cfg.rollout.top_p = 5, 0.9
     small_cfg.trainer.steps = 2

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from reasoning_rl.rollout import Completion, SamplingConfig, cut_at_stop
+from reasoning_rl.rollouts.sampling import Completion, SamplingConfig, cut_at_stop
 
 CORPUS = "```python\nprint(123 * 456)\n```\n```output\n56088\n```\nThe answer is 56088.\n"
 

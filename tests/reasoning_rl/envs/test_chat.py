@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_module
 from reasoning_rl.envs import EpisodeConfig
 from reasoning_rl.envs.chat import ChatObservationError, chat_observation, observation_tokens
 from reasoning_rl.envs.episode import EpisodeEngine
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example
 
 from .conftest import ScriptedEngine, build_bpe_tokenizer

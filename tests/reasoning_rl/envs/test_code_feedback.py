@@ -9,8 +9,8 @@ import pytest
 import rewards
 from reasoning_rl.envs import EpisodeConfig, get_environment
 from reasoning_rl.envs.episode import EpisodeEngine
-from reasoning_rl.groups import episode_fields
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.algo.groups import episode_fields
+from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example
 from reasoning_rl.tasks.code_synthetic_feedback import make_feedback_dataset, retry_episode
 
@@ -132,7 +132,7 @@ def test_warm_start_episodes_show_the_environments_own_feedback():
 def test_the_training_reward_is_the_final_attempts_score_times_the_discount(bpe_tokenizer, tmp_path):
     from types import SimpleNamespace
 
-    from reasoning_rl.groups import completion_rows, sample_and_score
+    from reasoning_rl.algo.groups import completion_rows, sample_and_score
     from reasoning_rl.reward_guard import RewardGuard
     from rewards.compose import CompositeReward, RewardSpec
 

@@ -14,7 +14,7 @@ from reasoning_rl.batching import pack
 from reasoning_rl.envs import EpisodeConfig
 from reasoning_rl.envs.episode import EngineCannotContinueError, EpisodeEngine
 from reasoning_rl.envs.python_tool import CUT_MARKER
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example
 
 from .conftest import ScriptedEngine, char_ids

@@ -14,9 +14,9 @@ from reasoning_rl.algo.advantages import grpo_advantages
 from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.envs import EpisodeConfig, register_environment, unregister_environment
 from reasoning_rl.envs.episode import EpisodeEngine, with_environment
-from reasoning_rl.groups import episode_fields
+from reasoning_rl.algo.groups import episode_fields
 from reasoning_rl.policy.engines import NativeEngine
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.rollouts.sampling import SamplingConfig
 
 from .conftest import ScriptedEngine
 from .test_code_feedback import EXAMPLE, STUB, score

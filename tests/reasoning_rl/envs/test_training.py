@@ -8,7 +8,7 @@ import math
 import string
 
 from reasoning_rl.envs import Environment, StepResult, register_environment, unregister_environment
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
 from tests.reasoning_rl.conftest import tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented

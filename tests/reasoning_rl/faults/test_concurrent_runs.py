@@ -1,4 +1,4 @@
-"""One run per folder (reasoning_rl.run_folder): a second process on a folder in use is refused in one
+"""One run per folder (reasoning_rl.run_folder.lock): a second process on a folder in use is refused in one
 line naming the pid that holds it; a run killed with -9 leaves no lock behind."""
 
 import json
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from reasoning_rl.run_folder import LOCK_FILE, RunFolderBusy, RunFolderLock
+from reasoning_rl.run_folder.lock import LOCK_FILE, RunFolderBusy, RunFolderLock
 from tests.reasoning_rl.faults.conftest import refusal, start, train
 
 LONG = ["trainer.steps=100000", "trainer.save_every=1", "trainer.keep_checkpoints=1"]

@@ -1,11 +1,11 @@
-"""A forgotten flag never discards work (reasoning_rl.run_folder): a killed run's command run again
+"""A forgotten flag never discards work (reasoning_rl.run_folder.lock): a killed run's command run again
 resumes it; starting over takes trainer.resume=false and keeps the earlier files; other settings are refused."""
 
 import json
 import signal
 import time
 
-from reasoning_rl.run_folder import REPLACED
+from reasoning_rl.run_folder.lock import REPLACED
 from tests.reasoning_rl.faults.conftest import refusal, start, train
 
 RUN = ["trainer.steps=12", "trainer.save_every=1", "trainer.keep_checkpoints=1"]

@@ -15,12 +15,12 @@ START = re.compile(r"subprocess\.(?:Popen|run|call|check_call|check_output)\(|\.
 SUBPROCESS_STARTS = {
     "rewards/pool.py": "reward workers: python -c WORKER_BOOT with the parent's sys.path set before any project "
                        "import (test_shadowing: workers, a training run)",
-    "reasoning_rl/async_rollout.py": "the asynchronous generator: multiprocessing spawn, which sets the parent's "
+    "reasoning_rl/rollouts/async_engine.py": "the asynchronous generator: multiprocessing spawn, which sets the parent's "
                                      "sys.path before unpickling its target (test_shadowing: async_generator)",
     "rewards/code/sandbox/host.py": "the code sandbox's zygote: python -I with its own boot code "
                                     "(test_shadowing: the code sandbox)",
     "rewards/code/sandbox/jail.py": "probes whether bwrap/unshare work: python -I -c pass",
-    "reasoning_rl/slurm.py": "runs Slurm's own programs (sbatch --test-only before a sweep is submitted); no Python "
+    "reasoning_rl/launch/slurm.py": "runs Slurm's own programs (sbatch --test-only before a sweep is submitted); no Python "
                              "process of the toolkit's",
 }
 """Toolkit file -> how its process starts import the parent's code (and the test that runs it)."""

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from reasoning_rl.health import HealthConfig, HealthSink, HealthStop
-from reasoning_rl.run_status import read_status, update_status, write_status
+from reasoning_rl.run_folder.status import read_status, update_status, write_status
 from tests.reasoning_rl.test_cli_errors import PROG, TINY
 
 
@@ -101,7 +101,7 @@ def test_a_folder_trained_before_the_rules_existed_can_be_resumed_with_them():
     from dataclasses import asdict
 
     from reasoning_rl.config import TrainConfig
-    from reasoning_rl.run_status import config_differences
+    from reasoning_rl.run_folder.status import config_differences
 
     new = asdict(TrainConfig())
     old = {**new, "trainer": {k: v for k, v in new["trainer"].items() if k not in ("health", "loggers", "tracking")}}

@@ -4,7 +4,7 @@ unscorable answers and prompts too long for the context; and leaves training exa
 import json
 
 from reasoning_rl.health.preflight import preflight_warnings
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.metrics_log import read_metrics
 from tests.reasoning_rl.conftest import PROCESS_DIAGNOSTICS, _train, tiny_config
 
 

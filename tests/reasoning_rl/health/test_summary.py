@@ -5,7 +5,7 @@ import json
 import yaml
 
 from reasoning_rl.health.summary import health_summary
-from reasoning_rl.report import find_runs, format_table
+from reasoning_rl.reporting.report import find_runs, format_table
 
 
 def _run(path, rows):

@@ -12,7 +12,7 @@ pytest.importorskip("peft")
 from reasoning_rl.batching import pack
 from reasoning_rl.config import ConfigError, validate
 from reasoning_rl.memory import training_state_bytes
-from reasoning_rl.optim import build_optimizer
+from reasoning_rl.algo.optim import build_optimizer
 from reasoning_rl.policy.loading import ModelConfig, TinyModelConfig, load_model, load_pretrained
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs
 from reasoning_rl.policy.lora import (
@@ -235,7 +235,7 @@ def test_reasoning_rl_eval_accepts_an_adapter_checkpoint(small_cfg, tmp_path):
     held-out accuracy reproduced (same problems, same prompting, same length)."""
     from benchmarks.config import EvalConfig
     from benchmarks.runner import run
-    from reasoning_rl.rollout import SamplingConfig
+    from reasoning_rl.rollouts.sampling import SamplingConfig
     from reasoning_rl.trainer import Trainer
 
     small_cfg.model.lora.r = 4

@@ -9,7 +9,7 @@ import torch
 from reasoning_rl.algo.ppo import PPOConfig
 from reasoning_rl.batching import pack
 from reasoning_rl.config import ConfigError, validate
-from reasoning_rl.optim import step_optimizer
+from reasoning_rl.algo.optim import step_optimizer
 from reasoning_rl.policy.lm_head import set_chunk
 from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.policy.logprobs import completion_logprobs
@@ -111,7 +111,7 @@ def test_fp32_and_bf16_steps_need_no_loss_scale():
 
 
 def test_a_fp16_run_trains_and_logs_its_loss_scale(small_cfg, tmp_path):
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
 
     small_cfg.trainer.precision = "fp16"
     small_cfg.trainer.steps = 2

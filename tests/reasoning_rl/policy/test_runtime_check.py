@@ -12,7 +12,7 @@ from reasoning_rl.policy.engines import NativeEngine
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.policy.runtime_check import RuntimeMismatchError, check_runtime, tolerance_for
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.rollouts.sampling import SamplingConfig
 from tests.conftest import decoder_terms, rounding_atol
 from tests.reasoning_rl.conftest import assert_runs_train_alike
 
@@ -68,7 +68,7 @@ def test_bfloat16_is_held_to_its_own_tolerance():
 
 
 def test_the_run_header_summary_and_first_step_show_the_runtime(small_cfg, tmp_path, caplog):
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
 
     small_cfg.trainer.steps = 2
@@ -93,7 +93,7 @@ def test_the_run_header_summary_and_first_step_show_the_runtime(small_cfg, tmp_p
 def test_model_runtime_hf_trains_with_checkpointing_and_the_shared_prompt_forward(small_cfg, tmp_path):
     """Regression of the crash ('NoneType' ... 'batch_repeat_interleave') on the hf runtime: with
     gradient checkpointing transformers keeps no cache to share, so full rows run; same numbers."""
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
 
     small_cfg.trainer.steps = 2
@@ -132,7 +132,7 @@ def test_the_vllm_sampler_log_probs_are_in_the_check():
 def test_the_check_leaves_the_run_as_it_is_without_it(small_cfg, tmp_path, monkeypatch):
     """Same seed, with and without the start-up check: the same metrics and held-out numbers, to the bit."""
     from reasoning_rl import trainer as trainer_module
-    from reasoning_rl.metrics_log import read_metrics
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.policy.runtime_check import RuntimeCheck
     from tests.reasoning_rl.conftest import _train
 

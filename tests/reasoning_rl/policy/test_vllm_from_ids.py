@@ -20,7 +20,7 @@ from reasoning_rl.policy.vllm import (
     prefix_caching,
     prompt_seed,
 )
-from reasoning_rl.rollout import SamplingConfig
+from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example
 from tests.reasoning_rl.envs.conftest import build_bpe_tokenizer, char_ids
 from tests.reasoning_rl.test_rollout_vllm import FakeLLM

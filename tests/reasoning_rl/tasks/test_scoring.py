@@ -9,8 +9,8 @@ import pytest
 from benchmarks.evaluate import EngineSource, ScoringSettings, evaluate
 from benchmarks.generation import sampling_config
 from benchmarks.runner import make_verifier
-from reasoning_rl.heldout import evaluate_heldout
-from reasoning_rl.rollout import Completion, SamplingConfig
+from reasoning_rl.evaluation.heldout import evaluate_heldout
+from reasoning_rl.rollouts.sampling import Completion, SamplingConfig
 from reasoning_rl.tasks import Task, TaskConfig
 from reasoning_rl.tasks.data import load_problems
 from reasoning_rl.tasks.scoring import is_correct

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trackers import TrackingConfig, finish_trackers, open_trackers
 from reasoning_rl.trackers.mlflow_tracker import metric_key
 from tests.reasoning_rl.conftest import _train, tiny_config

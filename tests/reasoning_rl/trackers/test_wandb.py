@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trackers import TrackingConfig, finish_trackers, open_trackers
 from tests.reasoning_rl.conftest import _train, tiny_config
 from tests.reasoning_rl.trackers.wandb_offline import history, read_finished_run

@@ -19,7 +19,7 @@ import torch
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
 from reasoning_rl.reward_guard import TRAINING
-from reasoning_rl.rollout import Completion
+from reasoning_rl.rollouts.sampling import Completion
 from reasoning_rl.tasks import Example
 from reasoning_rl.tasks.scoring import is_correct
 from rewards.audit import AuditReport, PendingAudit, VerifierAudit, merge

@@ -1,4 +1,4 @@
-"""The sweep report's figures (``reasoning-rl-report``, reasoning_rl.report): training reward per setting,
+"""The sweep report's figures (``reasoning-rl-report``, reasoning_rl.reporting.report): training reward per setting,
 held-out accuracy against a swept key, and held-out Pass@K / Maj@K against K."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reasoning_rl.metrics_log import read_metrics
+from reasoning_rl.run_folder.metrics_log import read_metrics
 
 if TYPE_CHECKING:
-    from reasoning_rl.report import RunRecord
+    from reasoning_rl.reporting.report import RunRecord
 
 
 def _mean_curves(records: list[dict[str, float]]) -> dict[str, float]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from reasoning_rl.health.monitor import HealthSink
 from reasoning_rl.health.preflight import run_preflight, should_run
-from reasoning_rl.metrics_log import MetricsLogger, MetricsSink, read_metrics
+from reasoning_rl.run_folder.metrics_log import MetricsLogger, MetricsSink, read_metrics
 from reasoning_rl.trackers.registry import open_trackers
 
 

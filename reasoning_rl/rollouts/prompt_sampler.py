@@ -49,7 +49,7 @@ class PromptSampler:
     def upcoming(self, k: int, steps: int) -> list[list[int]]:
         """The global examples of the next ``steps`` calls of ``next_global(k)``, without advancing:
         a pure function of (seed, epoch, position), so the prompts of a future step are known now
-        (asynchronous rollouts sample them ahead, reasoning_rl.async_rollout)."""
+        (asynchronous rollouts sample them ahead, reasoning_rl.rollouts.async_engine)."""
         ahead = copy.copy(self)  # shares this epoch's permutation (next_global replaces it, never changes it)
         return [ahead.next_global(k) for _ in range(steps)]
 

@@ -1,4 +1,4 @@
-"""Statistics of the sweep report (``reasoning-rl-report``, reasoning_rl.report): per setting, the mean over
+"""Statistics of the sweep report (``reasoning-rl-report``, reasoning_rl.reporting.report): per setting, the mean over
 seeds with a 95% bootstrap interval; paired differences against a named baseline setting on the same seeds;
 collapsed runs counted, never dropped.
 

@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from reasoning_rl.atomic import atomic_write_text
+from reasoning_rl.run_folder.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 

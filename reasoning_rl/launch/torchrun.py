@@ -1,10 +1,10 @@
-"""``python -m reasoning_rl.torchrun <torchrun's arguments>``: torchrun, with a failed
+"""``python -m reasoning_rl.launch.torchrun <torchrun's arguments>``: torchrun, with a failed
 rendezvous said in one line and exit code 2.
 
 On several nodes each node runs the same command (``scripts/slurm/multinode.sbatch`` does it with
 ``srun``), and torchrun's c10d rendezvous at ``--rdzv_endpoint`` (the first node) gathers them::
 
-    python -m reasoning_rl.torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d \\
+    python -m reasoning_rl.launch.torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d \\
         --rdzv_endpoint=<first node>:29500 --rdzv_id=<job id> -m reasoning_rl.cli trainer.steps=300
 
 Everything is torchrun's own (``torch.distributed.run``); only two failures that are the user's to
@@ -30,7 +30,7 @@ from typing import Any
 from reasoning_rl.entry_points import report_user_error
 from reasoning_rl.errors import UserError
 
-PROG = "reasoning_rl.torchrun"
+PROG = "reasoning_rl.launch.torchrun"
 
 
 class RendezvousFailed(UserError, RuntimeError):

@@ -38,7 +38,7 @@ INJECT_PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 @dataclass
 class InjectConfig:
-    """A mismatch between sampler and trainer made on purpose (reasoning_rl.inject; all off by default)."""
+    """A mismatch between sampler and trainer made on purpose (reasoning_rl.rollouts.inject; all off by default)."""
 
     stale: int = 0
     """Sample with the weights of this many updates ago (0 = the current ones)."""

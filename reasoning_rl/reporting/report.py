@@ -14,7 +14,7 @@ memory: the training state (parameters, gradients, optimiser states of every mod
 (``task.audit``), the mean ``audit/disagree_rate`` and the summed disagreements of each kind.
 No run is dropped: a run without metrics is still listed with its status.
 
-Statistics (reasoning_rl.report_stats): per setting, the mean of ``--metric`` (held-out greedy accuracy
+Statistics (reasoning_rl.reporting.stats): per setting, the mean of ``--metric`` (held-out greedy accuracy
 after training by default) over its seeds with a 95% bootstrap interval, the collapsed runs counted
 (``--collapse-fraction``; a collapsed run stays in the means), and with ``--baseline <setting>`` the paired
 difference of each setting to it on the same seeds. When the runs logged the ``mismatch/*`` metrics (an
@@ -43,17 +43,17 @@ from typing import Any
 
 import yaml
 
-from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
+from reasoning_rl.run_folder.atomic import atomic_write_bytes, atomic_write_text
 from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.health.summary import health_summary
 from reasoning_rl.metric_means import finite as _finite
 from reasoning_rl.metric_means import head_mean as _head_mean
 from reasoning_rl.metric_means import mean as _mean
 from reasoning_rl.metric_means import tail_mean as _tail_mean
-from reasoning_rl.metrics_log import read_metrics
-from reasoning_rl.report_plots import pass_maj_curves, plot_accuracy, plot_pass_maj, plot_reward_curves
-from reasoning_rl.report_stats import COLLAPSE_FRACTION, collapse_reason, format_stats, setting_stats
-from reasoning_rl.run_status import read_status
+from reasoning_rl.run_folder.metrics_log import read_metrics
+from reasoning_rl.reporting.plots import pass_maj_curves, plot_accuracy, plot_pass_maj, plot_reward_curves
+from reasoning_rl.reporting.stats import COLLAPSE_FRACTION, collapse_reason, format_stats, setting_stats
+from reasoning_rl.run_folder.status import read_status
 
 
 @dataclass
@@ -91,7 +91,7 @@ class RunRecord:
     retention_after: float | None = None
     """The same after training."""
     collapsed: bool = False
-    """The run collapsed (reasoning_rl.report_stats: non-finite loss, or accuracy / reward fell below a fraction)."""
+    """The run collapsed (reasoning_rl.reporting.stats: non-finite loss, or accuracy / reward fell below a fraction)."""
     collapse_reason: str | None = None
     mismatch_log_rho: float | None = None
     """Mean over steps of ``mismatch/log_rho_abs_mean`` (None when the sampler reported no log-probs)."""
@@ -296,14 +296,14 @@ def format_mismatch(runs: list[RunRecord]) -> str | None:
 
 
 def format_statistics(runs: list[RunRecord], metric: str = "greedy_after", baseline: str | None = None) -> str:
-    """The statistics section of report.md (reasoning_rl.report_stats)."""
+    """The statistics section of report.md (reasoning_rl.reporting.stats)."""
     if metric not in RunRecord.__dataclass_fields__ or metric in ("path", "setting", "status", "values", "error"):
         numeric = [f for f, t in RunRecord.__annotations__.items() if "float" in str(t)]
         raise ConfigError(f"--metric {metric!r} is not a number of the report's runs; choose one of {numeric}")
     pct = metric in ("greedy_before", "greedy_after", "sampled_after")
     paired = f"; paired differences to {baseline} on the same seeds" if baseline else ""
     text = ("Per setting, mean over seeds with a 95% bootstrap interval; collapsed runs counted and kept in the "
-            f"means (reasoning_rl.report_stats){paired}:\n\n"
+            f"means (reasoning_rl.reporting.stats){paired}:\n\n"
             + format_stats(setting_stats(runs, metric, baseline), metric, baseline, pct))
     mismatch = format_mismatch(runs)
     if mismatch is not None:
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(a runs.csv column; default: greedy_after, held-out greedy accuracy after training)")
     parser.add_argument("--collapse-fraction", type=float, default=COLLAPSE_FRACTION,
                         help="a run collapsed when its accuracy or reward fell below this times its start "
-                        "(or a loss is NaN/inf; reasoning_rl.report_stats)")
+                        "(or a loss is NaN/inf; reasoning_rl.reporting.stats)")
     parser.add_argument(DEBUG_FLAG, action="store_true", help="show the traceback of an input error (docs/errors.md)")
     args = parser.parse_args(pop_debug_flag(list(sys.argv[1:] if argv is None else argv)))
     try:

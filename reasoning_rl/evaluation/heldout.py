@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from reasoning_rl.reward_guard import RewardGuard, not_scored
-from reasoning_rl.rollout import RolloutEngine, SamplingConfig
+from reasoning_rl.rollouts.sampling import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks import Example
 from reasoning_rl.tasks.sample_metrics import maj_at_k, pass_at_k, reports_answers, vote_answer
 from reasoning_rl.tasks.scoring import Graded, extracted_answer, grade, is_correct

@@ -19,7 +19,7 @@ Hydra's own seam and the run loop knows nothing of Slurm:
   :class:`TimeLimit`, recorded the same way. Either way the newest checkpoint is kept, and
   launching the same sweep again resumes from it (docs/sweeps.md).
 
-The job's Slurm id is recorded in ``status.json`` by :func:`reasoning_rl.run_status.write_status`.
+The job's Slurm id is recorded in ``status.json`` by :func:`reasoning_rl.run_folder.status.write_status`.
 """
 
 from __future__ import annotations

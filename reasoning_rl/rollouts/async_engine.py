@@ -31,7 +31,7 @@ What travels (:class:`AsyncEngine`, the trainer side):
 - requests: a step's prompts (with their references and fields, for the rewards), group size, sampling
   settings, seed and the version to sample with, sent up to k steps ahead (:meth:`AsyncEngine.prefetch`);
   the prompts of a future step come from the prompt sampler's
-  :meth:`~reasoning_rl.prompt_sampler.PromptSampler.upcoming`, and the algorithm's own request must then
+  :meth:`~reasoning_rl.rollouts.prompt_sampler.PromptSampler.upcoming`, and the algorithm's own request must then
   match the one prefetched (else the run stops, naming both);
 - weights: every version, after each update, as one flat shared-memory tensor per dtype
   (:func:`pack_state`: one copy of the parameters, no pickling of tensors one by one); the reference once
@@ -132,7 +132,7 @@ class Scored:
 
 def score_step(reward: Any, groups: Sequence[Sequence[Any]], req: Request, timeout: float, pool: Any) -> Scored:
     """The rewards of one request's completions, from the inputs the trainer's rollout scores
-    (reasoning_rl.groups.sample_and_score: each prompt's reference, its fields and the completion's length)."""
+    (reasoning_rl.algo.groups.sample_and_score: each prompt's reference, its fields and the completion's length)."""
     completions = [c for g in groups for c in g]
     refs = [ref for ref, g in zip(req.references, groups) for _ in g]
     fields = [{**f, "num_completion_tokens": c.num_tokens} for f, g in zip(req.fields, groups) for c in g]
@@ -159,7 +159,7 @@ class PrescoredReward:
         if scored is not None and not self._warned:
             self._warned = True
             log.warning("rollout.max_staleness: the generator scored other inputs than the rollout asks for "
-                        "(reasoning_rl.async_rollout.score_step and reasoning_rl.groups.sample_and_score "
+                        "(reasoning_rl.rollouts.async_engine.score_step and reasoning_rl.algo.groups.sample_and_score "
                         "differ); the trainer scores such steps itself (correct, slower)")
         return self.reward.score(completions, references, fields, timeout=timeout, pool=pool)
 

@@ -1,11 +1,11 @@
 """Retention: the policy's held-out accuracy on a SECOND task, before and after training.
 
 RL on one task may cost accuracy on others; "RL's Razor" (arXiv 2509.04259) predicts that
-forgetting from the forward KL to the base model (``kl/base_forward``, reasoning_rl.kl_to_base),
+forgetting from the forward KL to the base model (``kl/base_forward``, reasoning_rl.evaluation.kl_to_base),
 and this measures the forgetting itself. With ``evaluation.retention.task`` set, every held-out
 evaluation of the run (before training, after it, and every ``evaluation.every`` steps) also
 evaluates the policy on the first ``evaluation.retention.num_examples`` problems of that task's
-evaluation split, with :func:`reasoning_rl.heldout.evaluate_heldout`: the same code, verifier rule
+evaluation split, with :func:`reasoning_rl.evaluation.heldout.evaluate_heldout`: the same code, verifier rule
 and statistics as the training task's held-out accuracy (greedy, sampled, Pass@K, Maj@K). Its
 results are the held-out keys prefixed with ``retention/`` (``retention/greedy_accuracy``) in
 ``eval_before.json``, ``eval_after.json``, ``summary.json`` and, during training, ``eval/retention/*``.
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reasoning_rl.errors import UserError
-from reasoning_rl.heldout import evaluate_heldout
+from reasoning_rl.evaluation.heldout import evaluate_heldout
 from reasoning_rl.reward_guard import RewardGuard
-from reasoning_rl.rollout import RolloutEngine, SamplingConfig
+from reasoning_rl.rollouts.sampling import RolloutEngine, SamplingConfig
 from reasoning_rl.tasks.data import load_problems, local_path
 from reasoning_rl.tasks.definition import DatasetDefinition, get_definition
 from reasoning_rl.tasks.task import Example, Task
@@ -124,7 +124,7 @@ class Retention:
 
     def evaluate(self, engine: RolloutEngine, seed: int, pool: WorkerPool | None = None,
                  guard: RewardGuard | None = None) -> dict[str, float]:
-        """``retention/<key>`` for each key of :meth:`reasoning_rl.heldout.HeldOutResult.as_dict`; {} when off.
+        """``retention/<key>`` for each key of :meth:`reasoning_rl.evaluation.heldout.HeldOutResult.as_dict`; {} when off.
         ``guard`` stops the run when the second task's verifier fails on too many samples."""
         if not self.examples or self.reward is None:
             return {}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from reasoning_rl.atomic import atomic_write_bytes, atomic_write_text
+from reasoning_rl.run_folder.atomic import atomic_write_bytes, atomic_write_text
 
 
 class MetricsSink(Protocol):
@@ -30,7 +30,7 @@ class MetricsSink(Protocol):
 
 class MetricsLogger:
     """Appends one JSON object per step to ``metrics.jsonl``; mirrors scalars to TensorBoard; then
-    hands the step to each of ``sinks`` (reasoning_rl.run_log builds them from the config).
+    hands the step to each of ``sinks`` (reasoning_rl.run_folder.log builds them from the config).
     ``enabled=False`` (data-parallel ranks other than 0) touches no file: every call is a no-op."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None,

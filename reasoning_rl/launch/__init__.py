@@ -1,0 +1,1 @@
+"""Launchers beyond one process: Slurm through submitit (slurm) and torchrun (torchrun)."""
