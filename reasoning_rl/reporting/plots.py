@@ -9,12 +9,10 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from reasoning_rl.reporting.runs import RunRecord
 from reasoning_rl.run_folder.metrics_log import read_metrics
-
-if TYPE_CHECKING:
-    from reasoning_rl.reporting.report import RunRecord
 
 
 def _mean_curves(records: list[dict[str, float]]) -> dict[str, float]:

@@ -13,10 +13,14 @@ The encoded values travel inside the frames of :mod:`.wire`.
 from __future__ import annotations
 
 import types
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .harness import Channel
+
+class Caller(Protocol):
+    """What a :class:`RemoteFunction` calls through: the harness's channel to C (:class:`.harness.Channel`)."""
+
+    def call(self, target: list[Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any: ...
 
 
 class RemoteRef:
@@ -53,7 +57,7 @@ class RemoteFunction(RemoteRef):
 
     __slots__ = ("channel", "target")
 
-    def __init__(self, channel: Channel, target: list[Any], type_name: str = "function") -> None:
+    def __init__(self, channel: Caller, target: list[Any], type_name: str = "function") -> None:
         super().__init__(-1 if target[0] == "n" else int(target[1]), type_name, True)
         self.channel = channel
         self.target = target
