@@ -6,6 +6,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
+from reasoning_rl import registry
 from reasoning_rl.envs import (
     Environment,
     EnvironmentNotFoundError,
@@ -69,7 +70,7 @@ def test_bad_options_name_the_accepted_ones(echo):
 
 def test_entry_point_plugin(monkeypatch):
     ep = EntryPoint(name="echo_plugin", value=f"{__name__}:Echo", group=reg.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(reg, "entry_points", lambda group: [ep] if group == reg.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(registry, "entry_points", lambda group: [ep] if group == reg.ENTRY_POINT_GROUP else [])
     try:
         reg.reload_entry_points()
         assert isinstance(get_environment("echo_plugin"), Echo)
