@@ -7,8 +7,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.errors import UserError
+from reasoning_rl.run_folder.atomic import atomic_write_text
 
 
 class JsonlError(UserError, ValueError):

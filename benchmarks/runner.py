@@ -29,9 +29,9 @@ from benchmarks.evaluate import (
     read_samples,
 )
 from benchmarks.graders import build_graders, grader_lines
+from reasoning_rl.errors import UserError
 from reasoning_rl.run_folder import checkpoint as ckpt
 from reasoning_rl.run_folder.atomic import atomic_write_text
-from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem, load_problems
 from reasoning_rl.tasks.definition import DatasetDefinition, get_definition, list_definitions
 from reasoning_rl.tasks.scoring import grade

@@ -25,7 +25,6 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from reasoning_rl import distributed
-from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.config import ConfigError, TrainConfig, key_problems, register_configs, validate
 from reasoning_rl.config_checks import unknown_keys_error
 from reasoning_rl.entry_points import (
@@ -38,6 +37,7 @@ from reasoning_rl.entry_points import (
 from reasoning_rl.errors import StorageError, UserError
 from reasoning_rl.evaluation.retention import retention_rows
 from reasoning_rl.reward_guard import describe_not_scored
+from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.run_folder.lock import (  # noqa: F401 -- RunFolderConflict, prepare_run_folder: importable from here too
     RunFolderConflict,
     RunFolderLock,
@@ -191,9 +191,9 @@ def run_training(cfg: DictConfig) -> float:
     owns_group = distributed.init_from_env()
     try:
         result = _run_training(cfg)
-    except BaseException:
-        if owns_group:
-            distributed.shutdown(barrier=False)  # the other ranks may never reach a barrier
+    except BaseException as exc:
+        if owns_group:  # after most errors the other ranks may never reach a barrier
+            distributed.shutdown(barrier=isinstance(exc, UserError) and exc.raised_by_every_rank)
         raise
     if owns_group:
         distributed.shutdown()

@@ -32,15 +32,15 @@ from reasoning_rl.config_checks import (
 )
 from reasoning_rl.config_choices import TRAIN_CHOICES
 from reasoning_rl.errors import UserError
+from reasoning_rl.evaluation.retention import RetentionConfig
 from reasoning_rl.health.config import HealthConfig
 from reasoning_rl.inert_settings import inert_problems
-from reasoning_rl.rollouts.inject import InjectConfig
 from reasoning_rl.policy.lm_head import resolve_chunk
 from reasoning_rl.policy.loading import TINY, ModelConfig
 from reasoning_rl.policy.lora import lora_problems
 from reasoning_rl.policy.precision import precision_problems
 from reasoning_rl.policy.runtime import SETTINGS as RUNTIME_SETTINGS
-from reasoning_rl.evaluation.retention import RetentionConfig
+from reasoning_rl.rollouts.inject import InjectConfig
 from reasoning_rl.tasks import TaskConfig
 from reasoning_rl.trackers.base import TrackingConfig
 from reasoning_rl.trackers.registry import logger_problems

@@ -30,6 +30,11 @@ class UserError(Exception):
     ``FileNotFoundError``) so that existing ``except`` clauses keep working; ``str()`` is
     always the message itself (``KeyError`` alone would quote it)."""
 
+    raised_by_every_rank: bool = False
+    """True for an error every data-parallel rank raises at the same point (a health rule of
+    ``trainer.health.stop_on`` reading the same global metrics): the ranks then leave together, after a
+    barrier, so that torchrun does not stop rank 0 while it records the error."""
+
     def __str__(self) -> str:
         if len(self.args) == 1 and isinstance(self.args[0], str):
             return self.args[0]

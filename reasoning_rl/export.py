@@ -24,10 +24,10 @@ class ExportError(UserError, ValueError):
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
     """Write ``checkpoint`` (verified first) as a plain model folder ``out``; returns ``out``."""
-    from reasoning_rl.run_folder.atomic import atomic_directory_write
-    from reasoning_rl.run_folder.checkpoint import PROMPTING_FILE, check_checkpoint
     from reasoning_rl.policy.loading import load_pretrained
     from reasoning_rl.policy.lora import is_lora
+    from reasoning_rl.run_folder.atomic import atomic_directory_write
+    from reasoning_rl.run_folder.checkpoint import PROMPTING_FILE, check_checkpoint
 
     checkpoint, out = Path(checkpoint), Path(out)
     if out.exists():

@@ -37,32 +37,32 @@ from typing import Any
 import numpy as np
 import torch
 
-from reasoning_rl.run_folder import checkpoint as ckpt
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import Algorithm, RunContext
 from reasoning_rl.algo.batch import step_seed
 from reasoning_rl.algo.registry import get_algorithm
 from reasoning_rl.async_checks import reference_refusal
-from reasoning_rl.rollouts.async_engine import AsyncEngine, Request, async_engine, trainer_reward
-from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.envs.episode import with_environment
 from reasoning_rl.evaluation.heldout import evaluate_heldout
-from reasoning_rl.rollouts.inject import inject_engine
 from reasoning_rl.evaluation.kl_to_base import BaseProbe, forward_kl, sample_probe
+from reasoning_rl.evaluation.retention import Retention
 from reasoning_rl.memory import allocator_choice, memory_report, set_allocator
-from reasoning_rl.run_folder.metrics_log import plot_training_curves, read_metrics, with_heldout_ends
 from reasoning_rl.policy.engines import HFEngine, make_engine
 from reasoning_rl.policy.loading import apply_memory_settings, load_model, load_pretrained, set_training
 from reasoning_rl.policy.planner import log_plan
 from reasoning_rl.policy.precision import mark_precision
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.policy.runtime_check import check_runtime
-from reasoning_rl.rollouts.prompt_sampler import PromptSampler
-from reasoning_rl.evaluation.retention import Retention
 from reasoning_rl.reward_guard import RewardGuard
+from reasoning_rl.rollouts.async_engine import AsyncEngine, Request, async_engine, trainer_reward
+from reasoning_rl.rollouts.inject import inject_engine
+from reasoning_rl.rollouts.prompt_sampler import PromptSampler
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.run_folder import checkpoint as ckpt
+from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.run_folder.log import open_run_log
+from reasoning_rl.run_folder.metrics_log import plot_training_curves, read_metrics, with_heldout_ends
 from reasoning_rl.tasks import Task
 from reasoning_rl.warmstart import supervised_warm_start
 from rewards.pool import WorkerPool

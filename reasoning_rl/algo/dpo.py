@@ -38,10 +38,10 @@ from reasoning_rl.algo.likelihood import dpo_coefficients, dpo_loss, dpo_margin,
 from reasoning_rl.algo.offline import Group, offline_samples, rank_file
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.rft import offline_metrics
-from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.batching import pack
 from reasoning_rl.policy.loading import set_training
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs
+from reasoning_rl.run_folder.atomic import atomic_write_text
 
 PAIRS_FILE = "dpo_pairs.jsonl"
 

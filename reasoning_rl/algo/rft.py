@@ -30,10 +30,10 @@ from typing import Any
 from reasoning_rl.algo.base import AlgoConfig, StepOutput
 from reasoning_rl.algo.batch import sample_step, step_seed, trained_tokens
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
+from reasoning_rl.algo.groups import completion_rows, rollout_metrics
 from reasoning_rl.algo.likelihood import rejection_coefficients
 from reasoning_rl.algo.offline import Group, OfflineSamples, groups_of, offline_samples
 from reasoning_rl.algo.registry import register_algorithm
-from reasoning_rl.algo.groups import completion_rows, rollout_metrics
 
 SAMPLE_SOURCES = ("initial", "current")
 

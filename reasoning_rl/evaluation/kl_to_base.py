@@ -35,10 +35,10 @@ from typing import Any
 
 import torch
 
-from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.policy.loading import set_training
 from reasoning_rl.policy.logprobs import frozen_logprobs
 from reasoning_rl.rollouts.sampling import RolloutEngine, SamplingConfig
+from reasoning_rl.run_folder.atomic import atomic_write_text
 
 
 @dataclass

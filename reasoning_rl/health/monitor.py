@@ -29,7 +29,10 @@ HEALTH_FILE = "health.jsonl"
 
 
 class HealthStop(UserError):
-    """A rule of ``trainer.health.stop_on`` fired; ``cause`` is ``health:<rule>``."""
+    """A rule of ``trainer.health.stop_on`` fired; ``cause`` is ``health:<rule>``. Every rank of a
+    data-parallel run raises it at the same step (reasoning_rl.run_folder.log)."""
+
+    raised_by_every_rank = True
 
     def __init__(self, message: str, rule: str) -> None:
         super().__init__(message)
@@ -125,26 +128,37 @@ class HealthSink:
     logs, keeps status.json's ``health`` up to date and raises :class:`HealthStop`.
 
     On resume, the metrics kept in metrics.jsonl are replayed silently, so the windows and the open
-    warnings continue where the run stopped; health.jsonl keeps the rows up to the resumed step."""
+    warnings continue where the run stopped; health.jsonl keeps the rows up to the resumed step.
+
+    ``write=False`` (the data-parallel ranks other than 0, which see the same global metrics): no file,
+    no log line, no listener; only :class:`HealthStop`, at the same step as rank 0's."""
 
     def __init__(self, cfg: HealthConfig, run_dir: Path, resume_step: int | None = None,
-                 earlier: Iterable[Mapping[str, Any]] = ()) -> None:
+                 earlier: Iterable[Mapping[str, Any]] = (), write: bool = True) -> None:
         self.cfg = cfg
+        self.write = write
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / HEALTH_FILE
         self.monitor = HealthMonitor.from_config(cfg)
         self.listeners: list[Callable[[int, list[dict[str, Any]]], None]] = []
         """Called with each step's event rows (the trackers: reasoning_rl.run_folder.log)."""
-        # An empty health.jsonl and "health": [] in status.json say the rules ran and nothing fired.
-        _keep_rows_up_to(self.path, resume_step or 0)
         for row in earlier:
             self.monitor.observe(int(row["step"]), row)
-        _record_open(self.run_dir, self.monitor.open_warnings())
+        if write:
+            # An empty health.jsonl and "health": [] in status.json say the rules ran and nothing fired.
+            _keep_rows_up_to(self.path, resume_step or 0)
+            _record_open(self.run_dir, self.monitor.open_warnings())
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         events = self.monitor.observe(step, metrics)
-        if not events:
-            return
+        if events and self.write:
+            self._record(step, events)
+        stops = [e for e in events if e.event == "fired" and e.rule in self.cfg.stop_on]
+        if stops:
+            raise HealthStop(f"stopped by trainer.health.stop_on: {stops[0].line()} (metrics.jsonl holds step "
+                             f"{step}; drop the rule from trainer.health.stop_on to let the run go on)", stops[0].rule)
+
+    def _record(self, step: int, events: list[Event]) -> None:
         with self.path.open("a") as f:
             for event in events:
                 f.write(json.dumps(event.row()) + "\n")
@@ -153,10 +167,6 @@ class HealthSink:
         for listener in self.listeners:
             listener(step, [e.row() for e in events])
         _record_open(self.run_dir, self.monitor.open_warnings())
-        stops = [e for e in events if e.event == "fired" and e.rule in self.cfg.stop_on]
-        if stops:
-            raise HealthStop(f"stopped by trainer.health.stop_on: {stops[0].line()} (metrics.jsonl holds step "
-                             f"{step}; drop the rule from trainer.health.stop_on to let the run go on)", stops[0].rule)
 
     def close(self) -> None:
         pass

@@ -33,7 +33,13 @@ from reasoning_rl.policy.lean.context_cache import CachedContext, ContextCache
 from reasoning_rl.policy.lm_head import sampling_support
 from reasoning_rl.policy.runtime import uses_lean
 from reasoning_rl.policy.stopping import StopWatch
-from reasoning_rl.rollouts.sampling import Completion, RolloutEngine, SamplingConfig, check_id_rows, cut_at_stop
+from reasoning_rl.rollouts.sampling import (
+    Completion,
+    RolloutEngine,
+    SamplingConfig,
+    check_id_rows,
+    cut_at_stop,
+)
 
 BATCH_SEED_STRIDE = 104_729
 """A prime: batch k of a native call seeded s draws from seed ``s + k * BATCH_SEED_STRIDE``."""

@@ -63,9 +63,9 @@ import numpy as np
 import torch
 
 from reasoning_rl import distributed
-from reasoning_rl.run_folder.atomic import atomic_directory_write, recover_directory_writes
 from reasoning_rl.errors import UserError
 from reasoning_rl.policy.lora import is_lora, save_adapter
+from reasoning_rl.run_folder.atomic import atomic_directory_write, recover_directory_writes
 
 log = logging.getLogger(__name__)
 

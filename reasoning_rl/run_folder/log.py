@@ -17,12 +17,17 @@ from reasoning_rl.trackers.registry import open_trackers
 
 def open_run_log(cfg: Any, run_dir: Path, resume_step: int | None, enabled: bool, ctx: Any = None) -> MetricsLogger:
     """The logger of a run (``cfg``: its TrainConfig). ``resume_step``: metrics after it are dropped
-    and the sinks continue from those kept; ``enabled=False`` (ranks other than 0) writes nothing.
+    and the sinks continue from those kept; ``enabled=False`` (ranks other than 0) writes nothing, but
+    runs the health rules of ``trainer.health.stop_on`` silently on the same global metrics, so that every
+    rank stops at the step rank 0 stops (instead of waiting for it in the next collective).
     ``ctx`` (the algorithm's RunContext): a fresh run's first batch is read by the preflight
     (reasoning_rl.health.preflight) before any update."""
     tensorboard = cfg.trainer.tensorboard and "tensorboard" in cfg.trainer.loggers
     logger = MetricsLogger(run_dir, tensorboard=tensorboard, resume_step=resume_step, enabled=enabled)
     if not enabled:
+        if cfg.trainer.health.enabled and cfg.trainer.health.stop_on:
+            earlier = read_metrics(Path(run_dir) / "metrics.jsonl") if resume_step else []
+            logger.add_sinks([HealthSink(cfg.trainer.health, Path(run_dir), resume_step, earlier, write=False)])
         return logger
     trackers = open_trackers(cfg.trainer.loggers, cfg.trainer.tracking, Path(run_dir), asdict(cfg),
                              resume=bool(resume_step), group=sweep_group())

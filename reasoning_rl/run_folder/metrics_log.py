@@ -31,7 +31,9 @@ class MetricsSink(Protocol):
 class MetricsLogger:
     """Appends one JSON object per step to ``metrics.jsonl``; mirrors scalars to TensorBoard; then
     hands the step to each of ``sinks`` (reasoning_rl.run_folder.log builds them from the config).
-    ``enabled=False`` (data-parallel ranks other than 0) touches no file: every call is a no-op."""
+    ``enabled=False`` (data-parallel ranks other than 0) touches no file; its sinks, which write nothing
+    there either, still see every step's (global) metrics, so that every rank stops at the same step when a
+    health rule of ``trainer.health.stop_on`` fires."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None,
                  enabled: bool = True) -> None:
@@ -59,6 +61,7 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         if not self.enabled:
+            self._to_sinks(step, metrics)
             return
         record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
         with self.metrics_path.open("a") as f:
@@ -67,14 +70,16 @@ class MetricsLogger:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key != "step" and math.isfinite(value):
                     self._tb.add_scalar(key, value, step)
+        self._to_sinks(step, metrics)
+
+    def _to_sinks(self, step: int, metrics: Mapping[str, Any]) -> None:
         if self.sinks:
             raw = {k: _scalar(v) for k, v in metrics.items()}
             for sink in self.sinks:
                 sink.log(step, raw)
 
     def add_sinks(self, sinks: Sequence[MetricsSink]) -> None:
-        if self.enabled:
-            self.sinks.extend(sinks)
+        self.sinks.extend(sinks)
 
     def log_completions(self, step: int, rows: Iterable[Mapping[str, Any]]) -> None:
         if not self.enabled:

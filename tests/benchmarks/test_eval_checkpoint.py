@@ -13,10 +13,10 @@ import pytest
 
 from benchmarks.config import EvalConfig
 from benchmarks.runner import run
-from reasoning_rl.run_folder.checkpoint import PROMPTING_FILE
 from reasoning_rl.config import TrainConfig
 from reasoning_rl.policy.loading import TinyModelConfig
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.run_folder.checkpoint import PROMPTING_FILE
 from reasoning_rl.trainer import Trainer
 
 EVAL_PROBLEMS = 8

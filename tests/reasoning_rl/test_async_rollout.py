@@ -10,6 +10,8 @@ import torch
 
 from reasoning_rl.algo.batch import ReferenceJob, reference_rows
 from reasoning_rl.async_checks import reference_refusal
+from reasoning_rl.config import ConfigError, validate
+from reasoning_rl.policy.loading import load_model
 from reasoning_rl.rollouts.async_engine import (
     AsyncEngine,
     GeneratorError,
@@ -19,12 +21,10 @@ from reasoning_rl.rollouts.async_engine import (
     pack_state,
     unpack_state,
 )
-from reasoning_rl.run_folder.checkpoint import load_trainer_state
-from reasoning_rl.config import ConfigError, validate
-from reasoning_rl.run_folder.metrics_log import read_metrics
-from reasoning_rl.policy.loading import load_model
 from reasoning_rl.rollouts.prompt_sampler import PromptSampler
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.run_folder.checkpoint import load_trainer_state
+from reasoning_rl.run_folder.metrics_log import read_metrics
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import _train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented

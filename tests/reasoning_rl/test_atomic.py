@@ -5,9 +5,9 @@ import os
 
 import pytest
 
+from reasoning_rl.errors import StorageError
 from reasoning_rl.run_folder import atomic
 from reasoning_rl.run_folder.atomic import atomic_directory_write, atomic_write_bytes, atomic_write_text
-from reasoning_rl.errors import StorageError
 
 
 def _disk_full(*args, **kwargs):

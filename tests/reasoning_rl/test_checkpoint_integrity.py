@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from reasoning_rl.run_folder import checkpoint as ckpt
 from reasoning_rl.errors import UserError
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.run_folder import checkpoint as ckpt
 
 
 def save(run_dir: Path, step: int) -> Path:

@@ -6,7 +6,13 @@ import json
 
 import torch
 
-from reasoning_rl.algo.groups import ScoredGroups, completion_rows, rollout_metrics, select_groups, tamper_kinds
+from reasoning_rl.algo.groups import (
+    ScoredGroups,
+    completion_rows,
+    rollout_metrics,
+    select_groups,
+    tamper_kinds,
+)
 from reasoning_rl.rollouts.sampling import Completion
 from reasoning_rl.tasks import Example
 from rewards.batch import BatchScores

@@ -1,6 +1,11 @@
 """reward_curve.png: one panel per group of metrics the run logged (reasoning_rl.run_folder.metrics_log)."""
 
-from reasoning_rl.run_folder.metrics_log import DASHBOARD, dashboard_panels, plot_training_curves, with_heldout_ends
+from reasoning_rl.run_folder.metrics_log import (
+    DASHBOARD,
+    dashboard_panels,
+    plot_training_curves,
+    with_heldout_ends,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

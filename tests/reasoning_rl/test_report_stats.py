@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from reasoning_rl.reporting import report
 from reasoning_rl.config_checks import ConfigError
+from reasoning_rl.reporting import report
 from reasoning_rl.reporting.stats import bootstrap_mean, collapse_reason, setting_stats
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from reasoning_rl.reporting import report
 from reasoning_rl.launch.slurm import sbatch_test_args
+from reasoning_rl.reporting import report
 from tests.reasoning_rl.conftest import TINY_OVERRIDES
 
 TINY = [*TINY_OVERRIDES, "trainer.steps=3", "trainer.save_every=2"]

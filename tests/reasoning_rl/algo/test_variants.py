@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from reasoning_rl.algo import compute_advantages
-from reasoning_rl.algo.losses import KL_ESTIMATORS, grpo_loss, kl_k1, kl_k2, kl_k3, sequence_log_ratio
 from reasoning_rl.algo.groups import informative_groups
+from reasoning_rl.algo.losses import KL_ESTIMATORS, grpo_loss, kl_k1, kl_k2, kl_k3, sequence_log_ratio
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import _train, tiny_model_config
 

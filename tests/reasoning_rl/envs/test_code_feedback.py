@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 import rewards
+from reasoning_rl.algo.groups import episode_fields
 from reasoning_rl.envs import EpisodeConfig, get_environment
 from reasoning_rl.envs.episode import EpisodeEngine
-from reasoning_rl.algo.groups import episode_fields
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example
 from reasoning_rl.tasks.code_synthetic_feedback import make_feedback_dataset, retry_episode

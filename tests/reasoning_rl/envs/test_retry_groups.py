@@ -11,10 +11,10 @@ import torch
 
 from benchmarks.config import EvalConfig, validate
 from reasoning_rl.algo.advantages import grpo_advantages
+from reasoning_rl.algo.groups import episode_fields
 from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.envs import EpisodeConfig, register_environment, unregister_environment
 from reasoning_rl.envs.episode import EpisodeEngine, with_environment
-from reasoning_rl.algo.groups import episode_fields
 from reasoning_rl.policy.engines import NativeEngine
 from reasoning_rl.rollouts.sampling import SamplingConfig
 

@@ -9,10 +9,10 @@ import torch
 
 pytest.importorskip("peft")
 
+from reasoning_rl.algo.optim import build_optimizer
 from reasoning_rl.batching import pack
 from reasoning_rl.config import ConfigError, validate
 from reasoning_rl.memory import training_state_bytes
-from reasoning_rl.algo.optim import build_optimizer
 from reasoning_rl.policy.loading import ModelConfig, TinyModelConfig, load_model, load_pretrained
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs
 from reasoning_rl.policy.lora import (

@@ -6,10 +6,10 @@ import copy
 import pytest
 import torch
 
+from reasoning_rl.algo.optim import step_optimizer
 from reasoning_rl.algo.ppo import PPOConfig
 from reasoning_rl.batching import pack
 from reasoning_rl.config import ConfigError, validate
-from reasoning_rl.algo.optim import step_optimizer
 from reasoning_rl.policy.lm_head import set_chunk
 from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.policy.logprobs import completion_logprobs
