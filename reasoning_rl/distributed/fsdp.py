@@ -112,6 +112,9 @@ class FullParameterEngine:
         with full_parameters(self.model):
             return self.inner.generate(*args, **kwargs)
 
+    def close(self) -> None:
+        """Nothing of its own to release (the rollout stack closes the layer below)."""
+
     def __getattr__(self, name: str) -> Any:  # policy_version, update_policy, pop_metrics, ...
         return getattr(self.inner, name)
 
