@@ -39,13 +39,6 @@ from reasoning_rl.algo.batch import (
     training_rows,
 )
 from reasoning_rl.algo.entropy_control import EntropyControl, position_deciles
-from reasoning_rl.algo.grpo_config import GRPOConfig
-from reasoning_rl.algo.losses import grpo_loss
-from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics
-from reasoning_rl.algo.registry import register_algorithm
-from reasoning_rl.algo.token_stats import TokenStats
-from reasoning_rl.async_checks import reference_refusal
-from reasoning_rl.batching import pack
 from reasoning_rl.algo.groups import (
     ScoredGroups,
     completion_rows,
@@ -53,11 +46,18 @@ from reasoning_rl.algo.groups import (
     rollout_metrics,
     select_groups,
 )
+from reasoning_rl.algo.grpo_config import GRPOConfig
+from reasoning_rl.algo.losses import grpo_loss
+from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics
 from reasoning_rl.algo.optim import build_optimizer, step_optimizer
+from reasoning_rl.algo.reference import frozen_reference, reset_reference
+from reasoning_rl.algo.registry import register_algorithm
+from reasoning_rl.algo.token_stats import TokenStats
+from reasoning_rl.async_checks import reference_refusal
+from reasoning_rl.batching import pack
 from reasoning_rl.policy.loading import set_training
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
 from reasoning_rl.policy.precision import MixedPrecision
-from reasoning_rl.algo.reference import frozen_reference, reset_reference
 from reasoning_rl.rollouts.sampling import Request
 
 if TYPE_CHECKING:

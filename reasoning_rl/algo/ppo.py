@@ -55,6 +55,7 @@ from reasoning_rl.algo.gae import (
     kl_penalized_rewards,
     whiten,
 )
+from reasoning_rl.algo.groups import ScoredGroups, completion_rows, rollout_metrics
 from reasoning_rl.algo.losses import (
     clipped_surrogate,
     clipped_tokens,
@@ -63,14 +64,13 @@ from reasoning_rl.algo.losses import (
     policy_ratio,
 )
 from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics
+from reasoning_rl.algo.optim import build_optimizer, clip_and_measure
+from reasoning_rl.algo.reference import frozen_reference
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import PackedBatch, pack
-from reasoning_rl.algo.groups import ScoredGroups, completion_rows, rollout_metrics
-from reasoning_rl.algo.optim import build_optimizer, clip_and_measure
 from reasoning_rl.policy.loading import set_training
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
-from reasoning_rl.algo.reference import frozen_reference
 from reasoning_rl.rollouts.sampling import Request
 
 if TYPE_CHECKING:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from reasoning_rl.run_folder import checkpoint as ckpt
 from reasoning_rl import distributed
 from reasoning_rl.config import TrainConfig
 from reasoning_rl.policy.loading import TinyModelConfig
 from reasoning_rl.rollouts.sampling import Completion
 from reasoning_rl.rollouts.stack import RolloutStack
+from reasoning_rl.run_folder import checkpoint as ckpt
 from rewards.compose import RewardSpec
 
 

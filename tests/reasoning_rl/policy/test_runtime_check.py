@@ -132,8 +132,8 @@ def test_the_vllm_sampler_log_probs_are_in_the_check():
 def test_the_check_leaves_the_run_as_it_is_without_it(small_cfg, tmp_path, monkeypatch):
     """Same seed, with and without the start-up check: the same metrics and held-out numbers, to the bit."""
     from reasoning_rl import trainer as trainer_module
-    from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.policy.runtime_check import RuntimeCheck
+    from reasoning_rl.run_folder.metrics_log import read_metrics
     from tests.reasoning_rl.conftest import _train
 
     small_cfg.trainer.steps = 2
