@@ -28,11 +28,12 @@ reference log-probs from the same rows in the same micro-batches (bit-identical 
 float rounding of the matrix products otherwise, docs/offpolicy.md).
 
 What travels (:class:`AsyncEngine`, the trainer side):
-- requests: a step's prompts (with their references and fields, for the rewards), group size, sampling
-  settings, seed and the version to sample with, sent up to k steps ahead (:meth:`AsyncEngine.prefetch`);
-  the prompts of a future step come from the prompt sampler's
-  :meth:`~reasoning_rl.rollouts.prompt_sampler.PromptSampler.upcoming`, and the algorithm's own request must then
-  match the one prefetched (else the run stops, naming both);
+- requests (:class:`~reasoning_rl.rollouts.sampling.Request`): a step's prompts (with their references and
+  fields, for the rewards), group size, sampling settings, seed and the version to sample with, sent up to
+  k steps ahead (:meth:`AsyncEngine.prefetch`); what a future step samples is the algorithm's to say
+  (``Algorithm.next_request``, asked by the rollout stack, reasoning_rl.rollouts.stack) from the prompt
+  sampler's :meth:`~reasoning_rl.rollouts.prompt_sampler.PromptSampler.upcoming` prompts, and the
+  algorithm's own call must then match the request prefetched (else the run stops, naming both);
 - weights: every version, after each update, as one flat shared-memory tensor per dtype
   (:func:`~reasoning_rl.rollouts.weight_transport.pack_state`: one copy of the parameters, no pickling
   of tensors one by one); the reference once
@@ -280,6 +281,8 @@ class AsyncEngine:
                 continue
             if req.step != self.next_step:
                 raise ValueError(f"rollout request for step {req.step} skips step {self.next_step}")
+            if req.version is None:
+                raise ValueError(f"rollout request for step {req.step} names no policy version to sample with")
             self.sent.append(req)
             self.inbox.put(("request", req))
             self.next_step += 1
