@@ -20,8 +20,10 @@ from reasoning_rl.algo.corrections import CorrectionConfig
 from reasoning_rl.reward_guard import RewardGuard
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from reasoning_rl.rollouts.prompt_sampler import PromptSampler
-    from reasoning_rl.rollouts.sampling import RolloutEngine, SamplingConfig
+    from reasoning_rl.rollouts.sampling import Request, RolloutEngine, SamplingConfig
     from reasoning_rl.tasks import Example
     from rewards.compose import CompositeReward
     from rewards.pool import WorkerPool
@@ -192,3 +194,15 @@ class Algorithm(ABC):
 
     def close(self) -> None:  # noqa: B027 -- optional hook, not abstract
         """Release what :meth:`setup` acquired (nothing by default)."""
+
+    def samples_per_prompt(self) -> int:
+        """How many completions a step samples of each prompt (its group size): the policy runtime check
+        samples that many, at most 4 (reasoning_rl.policy.runtime_check). One by default."""
+        return 1
+
+    def next_request(self, step: int, examples: Sequence[Example]) -> Request | None:
+        """What :meth:`step` number ``step`` will sample from ``examples`` (the prompt sampler's examples of
+        that step), said ahead of time so that an asynchronous generator can sample it meanwhile
+        (``rollout.max_staleness``, reasoning_rl.rollouts.stack). None by default: this algorithm does
+        not say, and nothing is sampled ahead of it."""
+        return None

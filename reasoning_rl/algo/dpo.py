@@ -165,3 +165,6 @@ class DPO(LikelihoodAlgorithm):
             "time/policy": t1 - t0,
         })
         return StepOutput(metrics)
+
+    def samples_per_prompt(self) -> int:
+        return self.cfg.group_size

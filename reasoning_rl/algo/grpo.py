@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -57,6 +58,10 @@ from reasoning_rl.batching import pack
 from reasoning_rl.policy.loading import set_training
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
 from reasoning_rl.policy.precision import MixedPrecision
+from reasoning_rl.rollouts.sampling import Request
+
+if TYPE_CHECKING:
+    from reasoning_rl.tasks import Example
 
 log = logging.getLogger(__name__)
 
@@ -276,3 +281,12 @@ class GRPO(Algorithm):
             "time/frozen_logprobs": seconds["logprobs"], "time/policy": seconds["policy"],
             "time/optimizer": seconds["optimizer"], **self.precision.metrics(), **mismatch.metrics(),
         }
+
+    def samples_per_prompt(self) -> int:
+        return self.cfg.group_size
+
+    def next_request(self, step: int, examples: Sequence[Example]) -> Request | None:
+        """Step ``step`` samples ``group_size`` completions of each prompt at ``step_seed(seed, step)``
+        (:meth:`rollout`; dynamic sampling's extra rounds are refused with asynchrony)."""
+        return Request.of_examples(step, examples, self.cfg.group_size, self.ctx.sampling,
+                                   step_seed(self.ctx.cfg.trainer.seed, step))

@@ -39,7 +39,7 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -71,6 +71,10 @@ from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import PackedBatch, pack
 from reasoning_rl.policy.loading import set_training
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
+from reasoning_rl.rollouts.sampling import Request
+
+if TYPE_CHECKING:
+    from reasoning_rl.tasks import Example
 
 CRITIC_BACKBONES: dict[str, Callable[[Any], Any]] = {
     # Its own copy of the policy's transformer, trained by the value loss alone (DeepSeekMath's PPO).
@@ -396,3 +400,12 @@ class PPO(Algorithm):
             "lr": self.scheduler.get_last_lr()[0], "lr/critic": self.critic_scheduler.get_last_lr()[0],
             **mismatch.metrics(),
         }
+
+    def samples_per_prompt(self) -> int:
+        return self.cfg.group_size
+
+    def next_request(self, step: int, examples: Sequence[Example]) -> Request | None:
+        """Step ``step`` samples ``group_size`` completions of each prompt at ``step_seed(seed, step)``
+        (:meth:`rollout`)."""
+        return Request.of_examples(step, examples, self.cfg.group_size, self.ctx.sampling,
+                                   step_seed(self.ctx.cfg.trainer.seed, step))

@@ -108,3 +108,6 @@ class RFT(LikelihoodAlgorithm):
         metrics.update(self.weighted_update(prompts, completions, coefficients))
         metrics.update({"rft/accepted_fraction": float(coefficients.mean()), "time/rollout": t1 - t0})
         return StepOutput(metrics, rows)
+
+    def samples_per_prompt(self) -> int:
+        return self.cfg.group_size

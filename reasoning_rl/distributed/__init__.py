@@ -42,6 +42,7 @@ from reasoning_rl.distributed.fsdp import (
     local_optimizers,
     reshard_optimizer,
     shard_model,
+    shard_run,
 )
 from reasoning_rl.distributed.metrics import (
     MAX_METRICS,
@@ -104,6 +105,7 @@ __all__ = [
     "reshard_optimizer",
     "shard_bounds",
     "shard_model",
+    "shard_run",
     "shutdown",
     "sum_floats",
     "world_size",

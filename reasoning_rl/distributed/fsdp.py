@@ -56,6 +56,22 @@ def shard_model(model: torch.nn.Module) -> list[torch.nn.Module]:
     return units
 
 
+def shard_run(models: list[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer]) -> None:
+    """Shard the run's whole ``models`` (the policy first, then the models the algorithm holds: the
+    reference) over the ranks, layer by layer (:func:`shard_model`), and point each of ``optimizers`` at
+    the sharded parameters; each keeps its slice of its state (:func:`reshard_optimizer`).
+
+    Done after the algorithm's setup, on whole models: the reference is copied and saved, the optimiser
+    built and a checkpoint's optimiser state loaded exactly as in a single process."""
+    before = {id(p): (i, name) for i, m in enumerate(models) for name, p in m.named_parameters()}
+    for model in models:
+        shard_model(model)
+    after = {(i, name): p for i, m in enumerate(models) for name, p in m.named_parameters()}
+    successors = {pid: after[key] for pid, key in before.items()}
+    for optimizer in optimizers:
+        reshard_optimizer(optimizer, successors)
+
+
 def _fsdp_units(model: torch.nn.Module) -> list[Any]:
     from torch.distributed.fsdp import FSDPModule
 
@@ -111,6 +127,9 @@ class FullParameterEngine:
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         with full_parameters(self.model):
             return self.inner.generate(*args, **kwargs)
+
+    def close(self) -> None:
+        """Nothing of its own to release (the rollout stack closes the layer below)."""
 
     def __getattr__(self, name: str) -> Any:  # policy_version, update_policy, pop_metrics, ...
         return getattr(self.inner, name)

@@ -164,6 +164,10 @@ class EpisodeEngine:
     def update_policy(self, model: Any, version: int) -> None:
         self.inner.update_policy(model, version)
 
+    def close(self) -> None:
+        """Nothing of its own to release (each episode's environment ends with it; the stack closes the
+        layer below)."""
+
     def pop_metrics(self) -> dict[str, float]:
         """The wrapped engine's measurements and the episodes' ``env/*`` counts."""
         pop = getattr(self.inner, "pop_metrics", None)

@@ -28,13 +28,15 @@ reference log-probs from the same rows in the same micro-batches (bit-identical 
 float rounding of the matrix products otherwise, docs/offpolicy.md).
 
 What travels (:class:`AsyncEngine`, the trainer side):
-- requests: a step's prompts (with their references and fields, for the rewards), group size, sampling
-  settings, seed and the version to sample with, sent up to k steps ahead (:meth:`AsyncEngine.prefetch`);
-  the prompts of a future step come from the prompt sampler's
-  :meth:`~reasoning_rl.rollouts.prompt_sampler.PromptSampler.upcoming`, and the algorithm's own request must then
-  match the one prefetched (else the run stops, naming both);
+- requests (:class:`~reasoning_rl.rollouts.sampling.Request`): a step's prompts (with their references and
+  fields, for the rewards), group size, sampling settings, seed and the version to sample with, sent up to
+  k steps ahead (:meth:`AsyncEngine.prefetch`); what a future step samples is the algorithm's to say
+  (``Algorithm.next_request``, asked by the rollout stack, reasoning_rl.rollouts.stack) from the prompt
+  sampler's :meth:`~reasoning_rl.rollouts.prompt_sampler.PromptSampler.upcoming` prompts, and the
+  algorithm's own call must then match the request prefetched (else the run stops, naming both);
 - weights: every version, after each update, as one flat shared-memory tensor per dtype
-  (:func:`pack_state`: one copy of the parameters, no pickling of tensors one by one); the reference once
+  (:func:`~reasoning_rl.rollouts.weight_transport.pack_state`: one copy of the parameters, no pickling
+  of tensors one by one); the reference once
   (its tensors shared with the trainer's copy, no second one);
 - results: the completions (token ids, text, behaviour log-probs, ``policy_version``, ``ref_logprobs``)
   and their rewards (:class:`Scored`), with the seconds each part took.
@@ -59,6 +61,8 @@ from typing import Any
 import torch
 
 from reasoning_rl.algo.batch import ReferenceJob
+from reasoning_rl.rollouts.sampling import Request
+from reasoning_rl.rollouts.weight_transport import Layout, load_weights_, pack_state, unpack_state
 
 log = logging.getLogger(__name__)
 
@@ -68,49 +72,6 @@ POLL_S = 0.5
 
 class GeneratorError(RuntimeError):
     """The generator process died or raised: the run cannot go on (status failed)."""
-
-
-# -- weights as flat tensors --------------------------------------------------------------------------
-Layout = list[tuple[str, torch.dtype, tuple[int, ...], int]]
-"""(name, dtype, shape, offset in that dtype's buffer) of each tensor of a state dict."""
-
-
-def pack_state(state: dict[str, torch.Tensor]) -> tuple[dict[torch.dtype, torch.Tensor], Layout]:
-    """A state dict as one flat tensor per dtype (a copy) and the layout that unpacks it. A tensor that is
-    another's (tied embeddings: the same storage, offset and shape) is stored once."""
-    layout: Layout = []
-    parts: dict[torch.dtype, list[torch.Tensor]] = {}
-    sizes: dict[torch.dtype, int] = {}
-    seen: dict[tuple[int, torch.dtype, tuple[int, ...]], int] = {}
-    for name, t in state.items():
-        t = t.detach()
-        key = (t.data_ptr(), t.dtype, tuple(t.shape))
-        if key in seen and t.is_contiguous():
-            layout.append((name, t.dtype, tuple(t.shape), seen[key]))
-            continue
-        seen[key] = sizes.get(t.dtype, 0)
-        layout.append((name, t.dtype, tuple(t.shape), sizes.get(t.dtype, 0)))
-        parts.setdefault(t.dtype, []).append(t.reshape(-1))
-        sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
-    return {dtype: torch.cat(ts) for dtype, ts in parts.items()}, layout
-
-
-def unpack_state(buffers: dict[torch.dtype, torch.Tensor], layout: Layout) -> dict[str, torch.Tensor]:
-    """The state dict of :func:`pack_state` (views into ``buffers``)."""
-    out = {}
-    for name, dtype, shape, offset in layout:
-        n = 1
-        for d in shape:
-            n *= d
-        out[name] = buffers[dtype][offset:offset + n].view(shape)
-    return out
-
-
-def load_weights_(model: Any, state: dict[str, torch.Tensor]) -> None:
-    """Copy ``state`` into ``model``'s tensors in place."""
-    with torch.no_grad():
-        for name, target in model.state_dict().items():
-            target.copy_(state[name])
 
 
 # -- what the generator computes besides sampling ----------------------------------------------------
@@ -165,21 +126,6 @@ class PrescoredReward:
 
 
 # -- the generator process ----------------------------------------------------------------------------
-@dataclass
-class Request:
-    """One step's rollouts: ``n`` samples of each prompt with the weights of ``version``."""
-
-    step: int
-    prompts: list[str]
-    n: int
-    sampling: Any
-    seed: int
-    version: int
-    references: list[Any] | None = None
-    """Each prompt's reference answer, and below its fields: with them the generator scores the rewards."""
-    fields: list[dict[str, Any]] | None = None
-
-
 @dataclass
 class RewardSettings:
     """How the generator scores: the task's reward, ``rollout.reward_workers``, ``rollout.reward_timeout``."""
@@ -335,6 +281,8 @@ class AsyncEngine:
                 continue
             if req.step != self.next_step:
                 raise ValueError(f"rollout request for step {req.step} skips step {self.next_step}")
+            if req.version is None:
+                raise ValueError(f"rollout request for step {req.step} names no policy version to sample with")
             self.sent.append(req)
             self.inbox.put(("request", req))
             self.next_step += 1
@@ -404,22 +352,3 @@ class AsyncEngine:
         for q in (self.inbox, self.outbox):
             q.cancel_join_thread()  # never wait at exit to flush into a dead process's pipe
             q.close()
-
-
-def async_engine(engine: Any, rollout: Any, model: Any, tokenizer: Any, reward: Any = None) -> Any:
-    """The engine of the training rollouts: ``engine`` itself when ``rollout.max_staleness`` is 0, else an
-    :class:`AsyncEngine` (the caller keeps ``engine`` for evaluation) that scores with ``reward`` too
-    (when given; the trainer then reads the rewards through :func:`trainer_reward`)."""
-    if not rollout.max_staleness:
-        return engine
-    rewards = None if reward is None else RewardSettings(reward, rollout.reward_workers, rollout.reward_timeout)
-    return AsyncEngine(model, tokenizer, rollout.backend, rollout.max_staleness, batch_size=rollout.batch_size,
-                       rewards=rewards)
-
-
-def trainer_reward(reward: Any, engine: Any) -> Any:
-    """The reward the algorithm scores its rollouts with: ``reward``, or a :class:`PrescoredReward` over it
-    when ``engine`` is an :class:`AsyncEngine` that scores."""
-    if isinstance(engine, AsyncEngine) and engine.scores_rewards:
-        return PrescoredReward(reward, engine)
-    return reward

@@ -52,8 +52,9 @@ class InjectConfig:
     def active(self) -> bool:
         return bool(self.stale or self.precision or self.noise or self.temperature_skew != 1.0)
 
-    def problems(self, backend: str, fsdp: bool) -> list[str]:
-        """What cannot run (the numeric ranges are in reasoning_rl.config_checks)."""
+    def problems(self, backend: str, fsdp: bool = False) -> list[str]:
+        """What cannot run (the numeric ranges are in reasoning_rl.config_checks). ``fsdp`` is not read
+        here: which features cannot run with ``trainer.fsdp`` is the compatibility table's to say."""
         out = []
         if self.precision is not None and self.precision not in INJECT_PRECISIONS:
             out.append(f"rollout.inject.precision={self.precision!r} is unknown; choose one of "
@@ -61,9 +62,6 @@ class InjectConfig:
         if self.active() and backend == "vllm":
             out.append("rollout.inject samples from a copy of the policy with the hf or native engine; "
                        "set rollout.backend=hf or native (vLLM's own mismatch is measured without it)")
-        if self.active() and fsdp:
-            out.append("rollout.inject with trainer.fsdp=true is not supported (the copy would need the full "
-                       "weights on every rank); drop one of them")
         return out
 
 
@@ -126,6 +124,9 @@ class InjectedEngine:
     def pop_metrics(self) -> dict[str, float]:
         return self.inner.pop_metrics()
 
+    def close(self) -> None:
+        """Nothing to release but the copy, which goes with this object (the stack closes the layer below)."""
+
     def generate(self, prompts: Any, n: int, sampling: Any, seed: int | None = None) -> list[list[Any]]:
         """``n`` completions per prompt from the behaviour copy, each with its behaviour log-probs."""
         skewed = replace(sampling, temperature=sampling.temperature * self.cfg.temperature_skew)
@@ -164,7 +165,7 @@ def inject_engine(engine: Any, rollout: Any, model: Any, seed: int, micro_batch:
     cfg: InjectConfig = rollout.inject
     if not cfg.active():
         return engine
-    problems = cfg.problems(rollout.backend, fsdp=False)
+    problems = cfg.problems(rollout.backend)
     if problems:
         raise ValueError("; ".join(problems))
     return InjectedEngine(engine, model, cfg, seed=seed, micro_batch=micro_batch)

@@ -1,5 +1,5 @@
 """What a rollout is: how completions are sampled (:class:`SamplingConfig`), one sampled
-completion (:class:`Completion`), the engine protocol every sampler implements
+completion (:class:`Completion`), a step's rollouts asked for ahead (:class:`Request`), the engine protocol every sampler implements
 (:class:`RolloutEngine`), and stop strings (:func:`cut_at_stop`; :func:`stop_settled`, when a decode loop
 may stop a row at one).
 
@@ -63,6 +63,32 @@ class Completion:
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
+
+
+@dataclass
+class Request:
+    """One step's rollouts, said ahead of time: ``n`` samples of each prompt at ``seed``. An algorithm
+    says what its step ``step`` will sample (``Algorithm.next_request``); the asynchrony layer
+    (reasoning_rl.rollouts.async_engine) sets ``version``, the weights it is sampled with, and sends it
+    to its generator process."""
+
+    step: int
+    prompts: list[str]
+    n: int
+    sampling: SamplingConfig
+    seed: int
+    version: int | None = None
+    """The policy version whose weights sample it (max(0, step - k) for rollout.max_staleness=k)."""
+    references: list[Any] | None = None
+    """Each prompt's reference answer, and below its fields: with them the generator scores the rewards."""
+    fields: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def of_examples(cls, step: int, examples: Sequence[Any], n: int, sampling: SamplingConfig,
+                    seed: int) -> Request:
+        """The request of ``n`` samples of each of ``examples`` (task examples: prompt, reference, fields)."""
+        return cls(step=step, prompts=[e.prompt for e in examples], n=n, sampling=sampling, seed=seed,
+                   references=[e.reference for e in examples], fields=[dict(e.fields) for e in examples])
 
 
 class RolloutEngine(Protocol):

@@ -19,6 +19,7 @@ from reasoning_rl import distributed
 from reasoning_rl.config import TrainConfig
 from reasoning_rl.policy.loading import TinyModelConfig
 from reasoning_rl.rollouts.sampling import Completion
+from reasoning_rl.rollouts.stack import RolloutStack
 from reasoning_rl.run_folder import checkpoint as ckpt
 from rewards.compose import RewardSpec
 
@@ -33,6 +34,12 @@ class FixedEngine:
 
     def update_policy(self, model, version: int) -> None:
         self.policy_version = version
+
+    def pop_metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        """Holds nothing to release."""
 
     def generate(self, prompts, n, sampling, seed=None):
         tok = self.tokenizer
@@ -97,7 +104,8 @@ def watched_trainer(record: dict):
     class WatchedTrainer(Trainer):
         def __init__(self, cfg, run_dir) -> None:
             super().__init__(cfg, run_dir)
-            self.engine = self.context.engine = FixedEngine(self.tokenizer)
+            self.rollouts = RolloutStack.single(FixedEngine(self.tokenizer))  # training and evaluation
+            self.context.engine = self.rollouts.rollout
 
         def _setup_algorithm(self) -> None:
             super()._setup_algorithm()  # sharded by now with trainer.fsdp

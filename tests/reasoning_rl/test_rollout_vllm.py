@@ -35,6 +35,7 @@ from reasoning_rl.policy.vllm import (
     vllm_weights,
 )
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.rollouts.stack import RolloutStack
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -310,7 +311,8 @@ def test_training_with_the_fake_vllm_engine_logs_versions_and_a_zero_mismatch(sm
     trainer = Trainer(small_cfg, tmp_path / "run")
     llm = FakeLLM(trainer.model, trainer.tokenizer)
     _perturb(llm.model.policy)  # only the sync before step 1 can make it right
-    trainer.engine = trainer.context.engine = _engine(llm, trainer.tokenizer, trainer.model, sleep_mode=True)
+    trainer.rollouts = RolloutStack.single(_engine(llm, trainer.tokenizer, trainer.model, sleep_mode=True))
+    trainer.context.engine = trainer.rollouts.rollout
     try:
         trainer.train()
     finally:

@@ -12,13 +12,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/reasoning_
 from dist_worker import FixedEngine, config
 
 from reasoning_rl.algo.ppo import PPOConfig
+from reasoning_rl.rollouts.stack import RolloutStack
 from reasoning_rl.trainer import Trainer
 
 
 class FixedTrainer(Trainer):
     def __init__(self, cfg, run_dir) -> None:
         super().__init__(cfg, run_dir)
-        self.engine = self.context.engine = FixedEngine(self.tokenizer)
+        self.rollouts = RolloutStack.single(FixedEngine(self.tokenizer))  # training and evaluation
+        self.context.engine = self.rollouts.rollout
 
 
 def main(run_dir: str) -> None:

@@ -73,7 +73,7 @@ def test_the_run_header_summary_and_first_step_show_the_runtime(small_cfg, tmp_p
 
     small_cfg.trainer.steps = 2
     small_cfg.evaluation.enabled = False
-    with caplog.at_level("INFO", logger="reasoning_rl.trainer"):
+    with caplog.at_level("INFO", logger="reasoning_rl"):  # the trainer's and reasoning_rl.policy.prepare's lines
         trainer = Trainer(small_cfg, tmp_path)
         try:
             summary = trainer.train()
