@@ -19,8 +19,7 @@ computed once per optimisation batch, so the micro-batches' losses add up to the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,11 +29,9 @@ from reasoning_rl.algo.aggregation import (
     masked_fill_padding,
     masked_sum,
 )
-from reasoning_rl.algo.corrections import Correction, CorrectionOptions, apply_correction
+from reasoning_rl.algo.corrections import Correction, CorrectionConfig, apply_correction
+from reasoning_rl.algo.entropy_control import ENTROPY_CONTROLS, EntropyControlConfig
 from reasoning_rl.algo.loss_tokens import loss_tokens, token_advantages
-
-if TYPE_CHECKING:
-    from reasoning_rl.algo.entropy_control import EntropyControl
 
 
 def policy_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
@@ -102,7 +99,7 @@ KL_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
     "k1": lambda logp, ref, old: kl_k1(logp, ref),
     "k2": lambda logp, ref, old: kl_k2(logp, ref),
 }
-"""``algo.kl_estimator`` -> per-token KL term ``(logp, ref_logp, old_logp) -> [B, L]``."""
+"""``algo.kl.estimator`` -> per-token KL term ``(logp, ref_logp, old_logp) -> [B, L]``."""
 
 
 def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -112,7 +109,7 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     return per_seq.unsqueeze(-1).expand_as(logp)
 
 
-# -- policy objectives: one function per paper, selected by ``algo.policy_loss`` -------------------
+# -- policy objectives: one function per paper, selected by ``algo.policy_loss.name`` --------------
 
 @dataclass(frozen=True)
 class PolicyTerms:
@@ -130,21 +127,54 @@ class PolicyTerms:
     """bool: dual-clip's bound c * A is active here (A < 0, ratio > c); False when dual-clip is off."""
 
 
-@dataclass(frozen=True)
-class PolicyOptions:
-    """The settings every policy objective reads (``GRPOConfig`` holds them)."""
+@dataclass
+class ClipRangeConfig:
+    """PPO's clip range, the settings of every clipped policy objective (``algo.policy_loss``; PPO's
+    whole group, GRPO's :class:`PolicyLossConfig` adds the objective and its options)."""
 
     eps_low: float = 0.2
+    """Lower clip range: the ratio is clipped at 1 - eps_low."""
     eps_high: float = 0.2
+    """Upper clip range: the ratio is clipped at 1 + eps_high (DAPO's clip-higher uses 0.28)."""
+
+    def problems(self) -> list[str]:
+        if not (0 <= self.eps_low < 1) or self.eps_high < 0:
+            return [f"need 0 <= algo.policy_loss.eps_low < 1 and algo.policy_loss.eps_high >= 0, "
+                    f"got {self.eps_low}, {self.eps_high}"]
+        return []
+
+
+@dataclass
+class PolicyLossConfig(ClipRangeConfig):
+    """The policy objective and its options (``algo.policy_loss``; verl's ``actor.policy_loss``)."""
+
+    name: str = "clip"
+    """:data:`POLICY_LOSSES`: clip (GRPO/PPO), cispo (MiniMax-M1's clipped, detached IS weight) or gmpo
+    (geometric mean of log-clipped token ratios)."""
     dual_clip_c: float = 0.0
-    """Dual-clip PPO's c (> 1; 0 = off): for A < 0 the surrogate is bounded below by c * A."""
+    """Dual-clip PPO's c (> 1; verl uses 3): for A < 0 the loss is capped at c * |A|; 0 = off (clip only)."""
     log_ratio_clamp: float = 0.0
-    """> 0: log(pi_theta / pi_old) is clamped to [-x, x] before exp() (verl: 20); 0 = off."""
+    """Clamp log(pi_theta / pi_old) and log(pi_ref / pi_theta) to [-x, x] before exp() (verl: 20); 0 = off."""
     ratio_level: str = "token"
-    """token, or sequence (GSPO's length-normalised ratio; the clip objective only)."""
+    """token (GRPO's per-token ratios) or sequence (GSPO, arXiv 2507.18071: one length-normalised ratio per
+    sample; the clip objective only)."""
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.ratio_level not in ("token", "sequence"):
+            out.append(f"algo.policy_loss.ratio_level={self.ratio_level!r} is unknown; choose token or sequence")
+        if self.name not in POLICY_LOSSES:
+            out.append(f"algo.policy_loss.name={self.name!r} is unknown; choose one of {sorted(POLICY_LOSSES)}")
+        elif self.name != "clip" and (self.ratio_level != "token" or self.dual_clip_c):
+            out.append(f"algo.policy_loss.name={self.name} takes per-token ratios and no dual clip; set "
+                       f"algo.policy_loss.ratio_level=token and algo.policy_loss.dual_clip_c=0 "
+                       f"(or algo.policy_loss.name=clip)")
+        if self.dual_clip_c and self.dual_clip_c <= 1:
+            out.append(f"algo.policy_loss.dual_clip_c must be 0 (off) or > 1 (verl uses 3), got {self.dual_clip_c}")
+        return out
 
 
-def _log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, o: PolicyOptions) -> torch.Tensor:
+def _log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, o: PolicyLossConfig) -> torch.Tensor:
     """log pi_theta - log pi_old, clamped to [-c, c] when ``log_ratio_clamp = c > 0`` (verl's overflow
     guard; the clamp has no gradient, so a token past it stops moving).  # [B, L]"""
     log_ratio = logp - old_logp
@@ -152,7 +182,7 @@ def _log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, o: PolicyOptions) -> 
 
 
 def ppo_clip_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                       o: PolicyOptions) -> PolicyTerms:
+                       o: PolicyLossConfig) -> PolicyTerms:
     """GRPO's / PPO's clipped surrogate (:func:`clipped_surrogate`), optionally dual-clipped
     (Ye et al. 2020, "Mastering Complex Control in MOBA Games", arXiv 1912.09729; verl's default c = 3):
 
@@ -178,7 +208,7 @@ def ppo_clip_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
 
 
 def cispo_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                    o: PolicyOptions) -> PolicyTerms:
+                    o: PolicyLossConfig) -> PolicyTerms:
     """CISPO (MiniMax-M1, arXiv 2506.13585, eq. 4-5): clip the importance WEIGHT, never the token:
 
         J = sg( clip(ratio, 1 - eps_low, 1 + eps_high) ) * A * log pi_theta
@@ -194,7 +224,7 @@ def cispo_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torc
 
 
 def gmpo_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                   o: PolicyOptions) -> PolicyTerms:
+                   o: PolicyLossConfig) -> PolicyTerms:
     """GMPO (Zhao et al. 2025, arXiv 2507.20673): the geometric mean of the token ratios, each clipped
     in log space (eps_low / eps_high about 0.4 there), pessimistically by the sign of A as PPO does:
 
@@ -222,7 +252,7 @@ POLICY_LOSSES: dict[str, Callable[..., PolicyTerms]] = {
     "cispo": cispo_objective,
     "gmpo": gmpo_objective,
 }
-"""``algo.policy_loss`` -> ``(logp, old_logp, advantages, mask, PolicyOptions) -> PolicyTerms``."""
+"""``algo.policy_loss.name`` -> ``(logp, old_logp, advantages, mask, PolicyLossConfig) -> PolicyTerms``."""
 
 
 # -- KL placement: in the loss (differentiated) or in the reward (detached) ------------------------
@@ -247,7 +277,60 @@ def kl_in_reward_advantages(advantages: torch.Tensor, kl: torch.Tensor, mask: to
 
 
 KL_PLACEMENTS = ("loss", "reward")
-"""``algo.kl_placement``: the KL term in the loss (differentiated, DeepSeekMath) or in the reward."""
+"""``algo.kl.placement``: the KL term in the loss (differentiated, DeepSeekMath) or in the reward."""
+
+
+@dataclass
+class KLPenaltyConfig:
+    """The KL(pi_theta || pi_ref) penalty's weight (``algo.kl``; PPO's whole group, GRPO's :class:`KLConfig`
+    adds the estimator and where it goes)."""
+
+    beta: float = 0.04
+    """Weight of the KL(pi_theta || pi_ref) penalty; 0 = no reference model is loaded at all."""
+
+    def problems(self) -> list[str]:
+        return [f"algo.kl.beta must be >= 0, got {self.beta}"] if self.beta < 0 else []
+
+
+@dataclass
+class KLConfig(KLPenaltyConfig):
+    """The KL term of GRPO's loss (``algo.kl``): weight, estimator, placement, clamp, reference resets."""
+
+    estimator: str = "k3"
+    """:data:`KL_ESTIMATORS`: k3 (paper), k3_is (ratio * k3, TRL's bias correction), k1, k2 (verl); docs/grpo.md."""
+    placement: str = "loss"
+    """:data:`KL_PLACEMENTS`: loss (differentiated, DeepSeekMath) or reward (detached per-token penalty in the
+    advantage, A_t - beta * sum_{s >= t} KL_s; use with estimator=k1). docs/grpo.md, "Where the KL goes"."""
+    clamp: float = 0.0
+    """Clamp the per-token KL term to [-x, x] (verl clamps k3 at 10); 0 = off."""
+    ref_reset_every: int = 0
+    """Iterative GRPO (paper sec. 4.1.3): reset pi_ref to the current policy every N steps (0 = never)."""
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.estimator not in KL_ESTIMATORS:
+            out.append(f"algo.kl.estimator={self.estimator!r} is unknown; choose one of {sorted(KL_ESTIMATORS)}")
+        if self.placement not in KL_PLACEMENTS:
+            out.append(f"algo.kl.placement={self.placement!r} is unknown; choose one of {', '.join(KL_PLACEMENTS)}")
+        elif self.placement == "reward" and self.estimator != "k1":
+            out.append(f"algo.kl.placement=reward takes the k1 estimator (a detached log-ratio reward), got "
+                       f"algo.kl.estimator={self.estimator}; set algo.kl.estimator=k1")
+        if self.ref_reset_every < 0:
+            out.append(f"algo.kl.ref_reset_every must be >= 0, got {self.ref_reset_every}")
+        return out
+
+
+@dataclass(frozen=True)
+class LossGroups:
+    """The settings groups :func:`grpo_loss` reads (``GRPOConfig.loss_groups()`` gives the run's)."""
+
+    policy: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    kl: KLConfig = field(default_factory=KLConfig)
+    aggregation: str = "sequence_mean"
+    """reasoning_rl.algo.aggregation.LOSS_AGGREGATIONS: how per-token terms become one scalar."""
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    """Acts only when :func:`grpo_loss` is given the sampler's log-probs."""
+    entropy_control: EntropyControlConfig = field(default_factory=EntropyControlConfig)
 
 
 @dataclass
@@ -278,53 +361,40 @@ def grpo_loss(
     ref_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    *,
-    beta: float,
-    eps_low: float,
-    eps_high: float,
-    aggregation: str = "sequence_mean",
+    groups: LossGroups,
     normalizer: LossNormalizer | None = None,
-    kl_estimator: str = "k3",
-    ratio_level: str = "token",
-    policy_loss: str = "clip",
-    dual_clip_c: float = 0.0,
-    log_ratio_clamp: float = 0.0,
-    kl_clamp: float = 0.0,
-    kl_placement: str = "loss",
-    entropy_control: EntropyControl | None = None,
     entropy: torch.Tensor | None = None,
     behaviour_logp: torch.Tensor | None = None,
-    correction: str = "none",
-    correction_options: CorrectionOptions | None = None,
 ) -> LossOutput:
     """-J(theta) for one micro-batch (see module docstring).
 
     ``logp``/``old_logp``/``ref_logp``: per-token log-probs of the sampled tokens,
     ``[B, L]``; ``advantages``: ``[B]``; ``mask``: ``[B, L]`` float.
-    ``ref_logp`` may be None only when ``beta == 0`` (no reference model loaded).
+    ``ref_logp`` may be None only when ``groups.kl.beta == 0`` (no reference model loaded).
     ``normalizer`` holds the whole batch's denominators; None = this micro-batch is the batch.
-    ``kl_estimator`` picks the KL term (:data:`KL_ESTIMATORS`; ``k3`` is the paper's);
+    ``groups.policy`` picks the objective (:data:`POLICY_LOSSES`: clip, cispo, gmpo) with its options;
     ``ratio_level="sequence"`` uses GSPO's sequence ratio s_i instead of per-token ratios.
-    ``policy_loss`` picks the objective (:data:`POLICY_LOSSES`: clip, cispo, gmpo) and
-    ``dual_clip_c``, ``log_ratio_clamp`` are its options (:class:`PolicyOptions`). ``kl_clamp > 0``
-    bounds the per-token KL to [-x, x] (verl: 10 for k3) and ``log_ratio_clamp`` also bounds
-    log(pi_ref / pi_theta) inside it (verl: 20). ``kl_placement="reward"`` puts the detached KL
+    ``groups.kl`` picks the KL term (:data:`KL_ESTIMATORS`; ``k3`` is the paper's); ``clamp > 0``
+    bounds the per-token KL to [-x, x] (verl: 10 for k3) and the policy's ``log_ratio_clamp`` also bounds
+    log(pi_ref / pi_theta) inside it (verl: 20). ``placement="reward"`` puts the detached KL
     into the per-token advantage (:func:`kl_in_reward_advantages`) instead of the loss.
-    ``entropy_control`` picks which tokens keep the policy gradient (Clip-Cov, KL-Cov, the 80/20
+    ``groups.entropy_control`` picks which tokens keep the policy gradient (Clip-Cov, KL-Cov, the 80/20
     rule: ``reasoning_rl.algo.entropy_control``); ``entropy`` [B, L] is the per-token entropy it reads.
     ``behaviour_logp`` [B, L] is the sampler's log-prob of each token (NaN = unknown: pi_old's is used);
-    with it, ``correction`` (:data:`reasoning_rl.algo.corrections.CORRECTIONS`) weighs each token's policy
-    term by w_t(pi_old / mu) in the decoupled form (the correction's module docstring):
+    with it, ``groups.correction`` (:data:`reasoning_rl.algo.corrections.CORRECTIONS`) weighs each token's
+    policy term by w_t(pi_old / mu) in the decoupled form (the correction's module docstring):
     loss_t = -w_t * objective_t. Without it no correction applies (the samples are the trainer's own).
     """
-    if kl_estimator not in KL_ESTIMATORS:
-        raise ValueError(f"unknown KL estimator {kl_estimator!r}; expected one of {sorted(KL_ESTIMATORS)}")
-    if ratio_level not in ("token", "sequence"):
-        raise ValueError(f"unknown ratio level {ratio_level!r}; expected token or sequence")
-    if policy_loss not in POLICY_LOSSES:
-        raise ValueError(f"unknown policy loss {policy_loss!r}; expected one of {sorted(POLICY_LOSSES)}")
-    if kl_placement not in KL_PLACEMENTS:
-        raise ValueError(f"unknown KL placement {kl_placement!r}; expected one of {list(KL_PLACEMENTS)}")
+    policy, kl_cfg, aggregation = groups.policy, groups.kl, groups.aggregation
+    beta, log_ratio_clamp = kl_cfg.beta, policy.log_ratio_clamp
+    if kl_cfg.estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {kl_cfg.estimator!r}; expected one of {sorted(KL_ESTIMATORS)}")
+    if policy.ratio_level not in ("token", "sequence"):
+        raise ValueError(f"unknown ratio level {policy.ratio_level!r}; expected token or sequence")
+    if policy.name not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy loss {policy.name!r}; expected one of {sorted(POLICY_LOSSES)}")
+    if kl_cfg.placement not in KL_PLACEMENTS:
+        raise ValueError(f"unknown KL placement {kl_cfg.placement!r}; expected one of {list(KL_PLACEMENTS)}")
     # Padded positions hold 0 before any exp(): a raw pad log-prob (say -1000) against a
     # zero-filled reference row would give exp(1000) = inf in the KL, and a NaN gradient
     # even where the aggregation later drops that position.
@@ -337,28 +407,26 @@ def grpo_loss(
             raise ValueError("beta != 0 needs reference log-probs")
         if log_ratio_clamp > 0:  # log(pi_ref / pi_theta) in [-c, c]; no gradient past the bound
             ref_logp = logp + torch.clamp(ref_logp - logp, -log_ratio_clamp, log_ratio_clamp)
-        kl = KL_ESTIMATORS[kl_estimator](logp, ref_logp, old_logp)  # [B, L]
-        if kl_clamp > 0:
-            kl = kl.clamp(-kl_clamp, kl_clamp)
+        kl = KL_ESTIMATORS[kl_cfg.estimator](logp, ref_logp, old_logp)  # [B, L]
+        if kl_cfg.clamp > 0:
+            kl = kl.clamp(-kl_cfg.clamp, kl_cfg.clamp)
         kl_value = float(masked_sum(kl.detach(), mask)) / n
-        if kl_placement == "reward":
+        if kl_cfg.placement == "reward":
             advantages = kl_in_reward_advantages(advantages, kl, mask, beta)  # [B, L]
-    options = PolicyOptions(eps_low, eps_high, dual_clip_c, log_ratio_clamp, ratio_level)
-    terms = POLICY_LOSSES[policy_loss](logp, old_logp, advantages, mask, options)
+    terms = POLICY_LOSSES[policy.name](logp, old_logp, advantages, mask, policy)
     per_token = -terms.objective  # we minimise  # [B, L]
     corr = None
-    controls = entropy_control is not None and entropy_control.name != "none"
+    control = groups.entropy_control
+    controls = control.name != "none"
     # One bundle of the per-token tensors for both per-token rules (reasoning_rl.algo.loss_tokens).
     tokens = (loss_tokens(logp, old_logp, advantages, mask, behaviour_logp, entropy)
               if behaviour_logp is not None or controls else None)
     if tokens is not None and behaviour_logp is not None:
-        corr = apply_correction(correction, tokens, correction_options)
+        corr = apply_correction(groups.correction, tokens)
         per_token = per_token * corr.weight  # decoupled: w(pi_old / mu) times the objective on pi_theta / pi_old
     if tokens is not None and controls:
-        from reasoning_rl.algo.entropy_control import ENTROPY_CONTROLS
-
-        per_token = ENTROPY_CONTROLS[entropy_control.name](per_token, tokens, entropy_control)
-    if kl is not None and kl_placement == "loss":
+        per_token = ENTROPY_CONTROLS[control.name](per_token, tokens, control)
+    if kl is not None and kl_cfg.placement == "loss":
         per_token = per_token + beta * kl
     loss = aggregate(aggregation, per_token, mask, normalizer)
     with torch.no_grad():

@@ -32,7 +32,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from reasoning_rl.policy.hf_forward import HEAD_CLASSES
+from reasoning_rl.policy.lm_head import resolve_chunk
+from reasoning_rl.policy.loading import resolve_dtype
 from reasoning_rl.policy.precision import storage_rounding_warning
 from reasoning_rl.policy.shapes import ModelShape, model_shape, shape_of
 
@@ -326,11 +330,8 @@ def workload_of(cfg: Any, m: ModelShape, prompt_tokens: int, cpu: bool = True) -
     """The planner's view of a TrainConfig. Precision: ``model.dtype`` is the storage dtype of
     weights, gradients and optimiser states; ``trainer.precision`` (bf16 / fp16 compute with fp32
     master weights, when the config has it) makes weights 4 bytes and activations 2."""
-    from reasoning_rl.policy.lm_head import resolve_chunk
-    from reasoning_rl.policy.loading import resolve_dtype
-
     a = cfg.algo
-    g = max(1, int(getattr(a, "group_size", 1)))
+    g = max(1, a.samples_per_prompt())
     rows = a.micro_batch_size  # any row count, not rounded to whole groups (reasoning_rl.algo.batch.micro_batching)
     total = g * a.prompts_per_step
     storage = resolve_dtype(cfg.model.dtype).itemsize
@@ -341,10 +342,10 @@ def workload_of(cfg: Any, m: ModelShape, prompt_tokens: int, cpu: bool = True) -
     return Workload(
         group_size=g, prompts_per_step=a.prompts_per_step, micro_batch_rows=min(rows, total),
         prompt_tokens=prompt_tokens, completion_tokens=cfg.rollout.max_new_tokens,
-        reference=float(getattr(a, "beta", 0.0)) != 0.0, checkpointing=cfg.model.gradient_checkpointing,
+        reference=a.uses_reference(), checkpointing=cfg.model.gradient_checkpointing,
         lm_head_chunk=resolve_chunk(cfg.model.lm_head_chunk, m.vocab), weight_bytes=weight, activation_bytes=act,
         rollout_backend=cfg.rollout.backend, rollout_batch=min(cfg.rollout.batch_size, total),
-        lora_rank=rank, lora_targets=targets, pi_old=int(getattr(a, "num_iterations", 1)) > 1,
+        lora_rank=rank, lora_targets=targets, pi_old=a.keeps_old_logprobs(),
         runtime=runtime_of_plan(cfg, m, cpu, rank > 0),
         hf_head_chunkable=m.architecture in HEAD_CLASSES and not (rank and "lm_head" in targets),
         reference_weight_bytes=resolve_dtype(ref_dtype).itemsize if ref_dtype else 0)
@@ -353,8 +354,6 @@ def workload_of(cfg: Any, m: ModelShape, prompt_tokens: int, cpu: bool = True) -
 def device_memory(cfg: Any, device_gb: float | None) -> tuple[str, int, bool]:
     """(name, bytes, is CPU) of the run's device: ``device_gb`` when given (a GPU of that size),
     else the CUDA device's total memory, else the machine's RAM."""
-    import torch
-
     if device_gb is not None:
         return f"device (--device-gb {device_gb:g})", int(device_gb * GB), False
     dev = cfg.model.device
@@ -382,7 +381,7 @@ def estimate(cfg: Any, device_gb: float | None = None, prompt_tokens: int = 256,
     if reserved:
         components["vLLM's share (rollout.vllm_gpu_memory_utilization)"] = reserved
         total += reserved
-    step = w.group_size if getattr(cfg.algo, "shared_prompt_forward", False) and w.group_size > 1 else 1
+    step = w.group_size if cfg.algo.shares_prompt_forward() and w.group_size > 1 else 1
     largest = max((rows for rows in range(step, w.group_size * w.prompts_per_step + 1, step)
                    if peak(m, w, base, rows, cpu)[1] + reserved <= capacity), default=0)
     if cfg.algo.name != "grpo":
@@ -396,7 +395,7 @@ def log_plan(cfg: Any, model: Any, tokenizer: Any, prompts: list[str]) -> Plan:
     (CUDA memory, or the RAM on a CPU), and one when the trained weights are stored in a precision that
     rounds the updates away (reasoning_rl.policy.precision.storage_rounding_warning)."""
     rounding = storage_rounding_warning(str(cfg.model.dtype), str(getattr(cfg.trainer, "precision", "fp32")),
-                                        float(getattr(cfg.algo, "learning_rate", 0.0)))
+                                        float(cfg.algo.learning_rate))
     if rounding is not None and not (getattr(cfg.model, "lora", None) and cfg.model.lora.r):
         log.warning(rounding)
     sample = prompts[:PROMPT_SAMPLE]

@@ -141,9 +141,9 @@ def test_one_bad_setting_is_one_line_and_the_algorithm_check_is_not_repeated():
 
 
 def test_mentions_matches_whole_keys_only():
-    assert mentions("need 0 <= algo.eps_low < 1, got -1", ["algo.eps_low"])
-    assert not mentions("algo.adam_beta1 must be in [0, 1)", ["algo.beta"])
-    assert not mentions("algo.beta_x is wrong", ["algo.beta"])
+    assert mentions("need 0 <= algo.policy_loss.eps_low < 1, got -1", ["algo.policy_loss.eps_low"])
+    assert not mentions("algo.adam_beta1 must be in [0, 1)", ["algo.kl.beta"])
+    assert not mentions("algo.beta_x is wrong", ["algo.kl.beta"])
 
 
 def test_tiny_model_heads_must_divide_its_width():

@@ -271,8 +271,8 @@ def test_two_nodes_an_endpoint_that_cannot_be_reached_is_named_in_one_line(tmp_p
     ({"algo": "ppo"}, r"trainer.fsdp=true does not support algo.name='ppo': its critic"),
     ({"algo": "sft"}, r"does not support algo.name='sft': a rank without samples"),
     ({"rollout.backend": "vllm"}, r"rollout.backend=vllm is not supported"),
-    ({"algo.dynamic_sampling": True}, r"algo.dynamic_sampling=true is not supported.*wait forever"),
-    ({"algo.ref_reset_every": 5}, r"algo.ref_reset_every > 0 is not supported"),
+    ({"algo.dynamic_sampling.enabled": True}, r"algo.dynamic_sampling.enabled=true is not supported.*wait forever"),
+    ({"algo.kl.ref_reset_every": 5}, r"algo.kl.ref_reset_every > 0 is not supported"),
 ])
 def test_fsdp_refuses_the_combinations_it_does_not_handle(setting, message):
     from reasoning_rl.algo.registry import get_algorithm

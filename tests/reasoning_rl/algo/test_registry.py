@@ -13,9 +13,9 @@ from reasoning_rl.algo import (
     list_algorithms,
     register_algorithm,
 )
+from reasoning_rl.algo.groups import completion_rows, rollout_metrics, sample_and_score
 from reasoning_rl.algo.grpo import GRPO, GRPOConfig
 from reasoning_rl.config import TrainConfig
-from reasoning_rl.algo.groups import completion_rows, rollout_metrics, sample_and_score
 from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
 
