@@ -393,4 +393,4 @@ def test_each_objective_trains_two_steps_with_documented_finite_metrics(small_cf
             assert math.isfinite(m[key]), key
         assert undocumented(m) == []
         assert math.isfinite(m["cov/logp_advantage"]) and math.isfinite(m["entropy/decile_0"])
-    assert ("clip/dual_fraction" in metrics[0]) == bool(settings.get("dual_clip_c"))
+    assert ("clip/dual_fraction" in metrics[0]) == bool(settings.get("policy_loss.dual_clip_c"))
