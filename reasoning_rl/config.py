@@ -29,6 +29,7 @@ from reasoning_rl.config_checks import (
     TRAIN_RANGES,
     ConfigError,
     choice_problems,
+    declared_ranges,
     mentions,
     problems_message,
     range_problems,
@@ -252,7 +253,8 @@ def mask_observations_problem(warmstart: WarmStartConfig, env: str | None) -> st
 
 def validate(cfg: TrainConfig) -> None:
     """Reject settings that would fail later or silently do something else, naming every bad key
-    in one :class:`ConfigError`: each numeric setting's range (``config_checks.TRAIN_RANGES``),
+    in one :class:`ConfigError`: each numeric setting's range (``config_checks.TRAIN_RANGES``
+    and those the algorithm's fields declare, ``config_checks.declared_ranges``),
     the algorithm's own checks (``problems()``) and the combinations that cannot run (every one a rule of
     ``reasoning_rl.compat``; the number of processes is checked by the run loop, :func:`compat.refuse`)."""
     entry = get_algorithm(cfg.algo.name)
@@ -260,7 +262,8 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"algo.name={cfg.algo.name!r} needs its settings as {entry.config_class.__name__}, got "
                          f"{type(cfg.algo).__name__}; compose it with algo={cfg.algo.name} or build it with "
                          f"{entry.config_class.__module__}.{entry.config_class.__name__}")
-    problems = range_problems(cfg, TRAIN_RANGES) + choice_problems(cfg, TRAIN_CHOICES) + name_problems(cfg)
+    ranges = {**TRAIN_RANGES, **declared_ranges(type(cfg.algo), "algo.")}
+    problems = range_problems(cfg, ranges) + choice_problems(cfg, TRAIN_CHOICES) + name_problems(cfg)
     if cfg.model.runtime not in RUNTIME_SETTINGS:
         problems.append(f"model.runtime={cfg.model.runtime!r} is unknown; choose one of {', '.join(RUNTIME_SETTINGS)}")
     # The algorithm's checks, less those about a key already reported out of range.

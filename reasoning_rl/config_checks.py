@@ -155,11 +155,6 @@ TRAIN_RANGES: dict[str, Range] = {
     "algo.policy_loss.dual_clip_c": AT_LEAST_0,
     "algo.policy_loss.log_ratio_clamp": AT_LEAST_0,
     "algo.kl.clamp": AT_LEAST_0,
-    "algo.correction.c": POSITIVE,
-    "algo.correction.low": AT_LEAST_0,
-    "algo.correction.high": POSITIVE,
-    "algo.correction.delta": FRACTION,
-    "algo.correction.kl_max": AT_LEAST_0,
     "algo.entropy_control.fraction": FRACTION,
     "algo.entropy_control.kl_coef": AT_LEAST_0,
     "algo.entropy_control.top_fraction": SHARE,
@@ -221,6 +216,20 @@ def numeric_fields(schema: type, prefix: str = "") -> Iterator[str]:
             yield from numeric_fields(t, f"{prefix}{f.name}.")
         elif item is not None and dataclasses.is_dataclass(item):
             yield from numeric_fields(item, f"{prefix}{f.name}.")
+
+
+def declared_ranges(schema: type, prefix: str = "") -> dict[str, Range]:
+    """The ranges a schema's fields declare themselves (``field(metadata={"range": POSITIVE})``), by dotted
+    name, walking nested dataclasses: a group whose options come and go with its variants (the off-policy
+    corrections') keeps each option's range beside the option instead of in :data:`TRAIN_RANGES`."""
+    hints = _hints(schema)
+    out = {}
+    for f in dataclasses.fields(schema):
+        if "range" in f.metadata:
+            out[prefix + f.name] = f.metadata["range"]
+        elif dataclasses.is_dataclass(hints[f.name]):
+            out |= declared_ranges(hints[f.name], f"{prefix}{f.name}.")
+    return out
 
 
 def free_form_fields(schema: type, prefix: str = "") -> Iterator[str]:

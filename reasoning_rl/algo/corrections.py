@@ -28,11 +28,12 @@ Shapes: B sequences, L completion tokens (padded); ``mask`` is 1 on real tokens.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from reasoning_rl.algo.loss_tokens import LossTokens, loss_tokens
+from reasoning_rl.config_checks import AT_LEAST_0, FRACTION, POSITIVE
 from reasoning_rl.algo.loss_tokens import (
     known_behaviour as known_behaviour,  # where docs/offpolicy.md names it
 )
@@ -45,21 +46,22 @@ ICEPOP_BOUNDS = (0.5, 5.0)
 class CorrectionConfig:
     """The off-policy correction and its options (``algo.correction``; verl's ``algorithm.rollout_correction``).
     A correction is one function of :data:`CORRECTIONS` that reads its options from this dataclass: adding
-    one is its function, its table line and, when it has an option, one field here."""
+    one is its function, its table line and, when it has an option, one field here (its allowed range in
+    the field's metadata, which validation reads: reasoning_rl.config_checks.declared_ranges)."""
 
     name: str = "none"
     """Off-policy correction of the policy loss (docs/offpolicy.md): none, tis, mis_token, mis_seq, mis_geo,
     icepop, dppo_tv or trust_region_mask. Acts only when the completions carry the sampler's log-probs
     (Completion.logprobs)."""
-    c: float = 2.0
+    c: float = field(default=2.0, metadata={"range": POSITIVE})
     """tis: the truncation C of the weight min(rho, C) (about 2 in verl/TRL)."""
-    low: float = 0.5
+    low: float = field(default=0.5, metadata={"range": AT_LEAST_0})
     """mis_token / mis_seq / mis_geo: lower bound a of the kept rho (token, sequence product, geometric mean)."""
-    high: float = 2.0
+    high: float = field(default=2.0, metadata={"range": POSITIVE})
     """mis_token / mis_seq / mis_geo: upper bound b of the kept rho."""
-    delta: float = 0.2
+    delta: float = field(default=0.2, metadata={"range": FRACTION})
     """dppo_tv: the bound on |pi_theta(y_t) - mu(y_t)| beyond which a token's update is blocked."""
-    kl_max: float = 0.05
+    kl_max: float = field(default=0.05, metadata={"range": AT_LEAST_0})
     """trust_region_mask: a sequence whose largest per-token KL(mu || pi_train) estimate exceeds this is masked."""
 
     def problems(self) -> list[str]:

@@ -54,7 +54,8 @@ def test_ppo_is_registered_with_its_config():
 
 def test_schema_defaults_equal_the_yaml():
     values = {k: v for k, v in yaml.safe_load((CONF / "algo" / "ppo.yaml").read_text()).items() if k != "defaults"}
-    defaults = {f.name: f.default for f in dataclasses.fields(PPOConfig)}
+    defaults = {f.name: dataclasses.asdict(f.default_factory()) if f.default is dataclasses.MISSING else f.default
+                for f in dataclasses.fields(PPOConfig)}  # a group (policy_loss, kl, correction) as its YAML block
     assert set(values) == set(defaults), set(values) ^ set(defaults)  # every field is in the YAML
     assert {k: v for k, v in values.items() if v != defaults[k]} == {}
     assert (CONF / "algo" / "ppo.yaml").read_text().startswith("# reasoning-rl-train algo=ppo")
