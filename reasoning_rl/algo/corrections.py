@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 import torch
 
 from reasoning_rl.algo.loss_tokens import LossTokens, loss_tokens
-from reasoning_rl.config_checks import AT_LEAST_0, FRACTION, POSITIVE
 from reasoning_rl.algo.loss_tokens import (
     known_behaviour as known_behaviour,  # where docs/offpolicy.md names it
 )
+from reasoning_rl.config_checks import AT_LEAST_0, FRACTION, POSITIVE
 
 ICEPOP_BOUNDS = (0.5, 5.0)
 """IcePop's two-sided mask [alpha, beta] (Ring-1T, arXiv 2510.18855, sec. 3)."""

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from reasoning_rl.config_renames import upgrade_saved_config
-from reasoning_rl.run_folder.checkpoint import latest_checkpoint
 from reasoning_rl.errors import UserError
+from reasoning_rl.run_folder.checkpoint import latest_checkpoint
 from reasoning_rl.run_folder.status import config_differences, read_status
 
 if TYPE_CHECKING:

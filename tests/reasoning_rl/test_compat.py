@@ -82,7 +82,7 @@ def test_each_rule_refuses_its_combination(rule):
 def test_validate_raises_the_rules_refusals():
     cfg = tiny_config()
     _both(FSDP, _set(**{"rollout.backend": "vllm"}))(cfg)
-    with pytest.raises(ConfigError, match="rollout.backend=vllm is not supported") as err:
+    with pytest.raises(ConfigError, match=r"rollout.backend=vllm is not supported") as err:
         validate(cfg)
     assert str(err.value).count("trainer.fsdp=true with rollout.backend=vllm") == 1
 

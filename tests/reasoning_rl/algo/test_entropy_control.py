@@ -3,6 +3,7 @@
 
 import pytest
 import torch
+
 from reasoning_rl.algo.entropy_control import (
     EntropyControlConfig,
     clip_cov,
@@ -11,7 +12,6 @@ from reasoning_rl.algo.entropy_control import (
     position_deciles,
     token_covariance,
 )
-
 from reasoning_rl.algo.grpo import GRPOConfig
 from reasoning_rl.algo.loss_tokens import loss_tokens
 from reasoning_rl.algo.losses import KLConfig, LossGroups, PolicyLossConfig, grpo_loss

@@ -15,6 +15,7 @@ import yaml
 from hydra import compose, initialize_config_module
 
 from reasoning_rl.algo import get_algorithm
+from reasoning_rl.algo.losses import KLPenaltyConfig
 from reasoning_rl.algo.ppo import PPO, PPOConfig, build_critic
 from reasoning_rl.batching import pack
 from reasoning_rl.cli import to_train_config
@@ -114,7 +115,7 @@ def test_critic_kinds_own_or_share_the_policy_transformer():
 def _ppo_cfg(small_cfg, **algo) -> TrainConfig:
     # "has a digit" varies between samples of the untrained tiny model: advantages are not all 0.
     small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
-    options = dict(prompts_per_step=4, group_size=1, micro_batch_size=3, learning_rate=1e-3, beta=0.04)
+    options = dict(prompts_per_step=4, group_size=1, micro_batch_size=3, learning_rate=1e-3, kl=KLPenaltyConfig(beta=0.04))
     options.update(algo)
     return TrainConfig(task=small_cfg.task, model=small_cfg.model, rollout=small_cfg.rollout,
                        trainer=small_cfg.trainer, evaluation=small_cfg.evaluation, algo=PPOConfig(**options))
