@@ -5,6 +5,7 @@ sharding, the world-size check, the FSDP combinations refused) on hand-made inpu
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -18,13 +19,13 @@ import torch
 
 from reasoning_rl import distributed
 from reasoning_rl.algo.aggregation import LossNormalizer
-from reasoning_rl.run_folder.checkpoint import STATE_FILE, list_checkpoints
+from reasoning_rl.algo.optim import clip_and_measure
 from reasoning_rl.config import ConfigError, TrainConfig, validate
 from reasoning_rl.distributed import process_group
-from reasoning_rl.run_folder.metrics_log import read_metrics
-from reasoning_rl.algo.optim import clip_and_measure
 from reasoning_rl.policy.loading import ModelConfig, TinyModelConfig, load_model, load_pretrained
 from reasoning_rl.rollouts.prompt_sampler import PromptSampler
+from reasoning_rl.run_folder.checkpoint import STATE_FILE, list_checkpoints
+from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import check_world_size
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 
@@ -284,8 +285,8 @@ def test_fsdp_refuses_the_combinations_it_does_not_handle(setting, message):
         if key == "algo":
             cfg.algo = get_algorithm(value).config_class()
         else:
-            group, name = key.split(".")
-            setattr(getattr(cfg, group), name, value)
+            *path, name = key.split(".")
+            setattr(functools.reduce(getattr, path, cfg), name, value)
     with pytest.raises(ConfigError, match=message):
         validate(cfg)
     cfg.trainer.fsdp = False
