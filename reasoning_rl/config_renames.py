@@ -103,7 +103,7 @@ def upgrade_saved_config(values: Mapping[str, Any], algo: Any) -> dict[str, Any]
     return out
 
 _OLD_KEY = re.compile(r"(?<![\w.])algo\.(" + "|".join(sorted((k[5:] for k in RENAMED), key=len, reverse=True))
-                      + r")\b(?![.\w])")
+                      + r")\b(?!\.?\w)")  # not a longer name (algo.beta_x), not a new key (algo.kl.beta)
 
 
 def rewrite_text(text: str) -> str:

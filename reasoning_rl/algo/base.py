@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from reasoning_rl.algo.aggregation import LOSS_AGGREGATIONS
 from reasoning_rl.algo.corrections import CorrectionConfig
-from reasoning_rl.algo.losses import ClipRangeConfig, KLPenaltyConfig
+from reasoning_rl.algo.losses import KLPenaltyConfig
+from reasoning_rl.algo.policy_objectives import ClipRangeConfig
 from reasoning_rl.reward_guard import RewardGuard
 
 if TYPE_CHECKING:

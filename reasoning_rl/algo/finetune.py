@@ -24,9 +24,9 @@ from reasoning_rl.algo.aggregation import LossNormalizer
 from reasoning_rl.algo.base import Algorithm
 from reasoning_rl.algo.batch import TrainingRows
 from reasoning_rl.algo.likelihood import weighted_nll
+from reasoning_rl.algo.optim import build_optimizer, clip_and_measure
 from reasoning_rl.algo.token_stats import TokenStats
 from reasoning_rl.batching import pack
-from reasoning_rl.algo.optim import build_optimizer, clip_and_measure
 from reasoning_rl.policy.loading import set_training
 from reasoning_rl.policy.logprobs import completion_logprobs
 

@@ -22,7 +22,8 @@ from typing import ClassVar
 from reasoning_rl.algo.advantages import AdvantageConfig
 from reasoning_rl.algo.base import Capabilities, ClippedPolicyConfig
 from reasoning_rl.algo.entropy_control import EntropyControlConfig
-from reasoning_rl.algo.losses import KLConfig, LossGroups, PolicyLossConfig
+from reasoning_rl.algo.losses import KLConfig, LossGroups
+from reasoning_rl.algo.policy_objectives import PolicyLossConfig
 
 __all__ = ["DynamicSamplingConfig", "GRPOConfig"]
 
@@ -57,7 +58,7 @@ class GRPOConfig(ClippedPolicyConfig):
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     """A_i from the group's rewards (reasoning_rl.algo.advantages)."""
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
-    """The policy objective (reasoning_rl.algo.losses.POLICY_LOSSES) and its clip range and options."""
+    """The policy objective (reasoning_rl.algo.policy_objectives.POLICY_LOSSES) and its clip range and options."""
     kl: KLConfig = field(default_factory=KLConfig)
     """The KL(pi_theta || pi_ref) term: weight, estimator, where it goes, clamp, reference resets."""
     entropy_control: EntropyControlConfig = field(default_factory=EntropyControlConfig)

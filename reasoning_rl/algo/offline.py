@@ -26,8 +26,8 @@ from pathlib import Path
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
 from reasoning_rl.algo.batch import sample_step, step_seed
-from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.algo.groups import ScoredGroups
+from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.tasks.scoring import is_correct
 
 log = logging.getLogger(__name__)

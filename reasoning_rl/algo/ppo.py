@@ -56,15 +56,10 @@ from reasoning_rl.algo.gae import (
     whiten,
 )
 from reasoning_rl.algo.groups import ScoredGroups, completion_rows, rollout_metrics
-from reasoning_rl.algo.losses import (
-    clipped_surrogate,
-    clipped_tokens,
-    kl_k1,
-    kl_k3,
-    policy_ratio,
-)
+from reasoning_rl.algo.losses import kl_k1, kl_k3
 from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics
 from reasoning_rl.algo.optim import build_optimizer, clip_and_measure
+from reasoning_rl.algo.policy_objectives import clipped_surrogate, clipped_tokens, policy_ratio
 from reasoning_rl.algo.reference import frozen_reference
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats

@@ -11,11 +11,11 @@ from typing import Any
 
 from reasoning_rl import distributed
 from reasoning_rl.algo.base import RunContext
-from reasoning_rl.run_folder.atomic import atomic_directory_write
 from reasoning_rl.policy.lm_head import chunk_of, set_chunk
 from reasoning_rl.policy.loading import load_pretrained, resolve_dtype
 from reasoning_rl.policy.lora import AdapterDisabled, is_lora
 from reasoning_rl.policy.runtime import runtime_of, set_runtime
+from reasoning_rl.run_folder.atomic import atomic_directory_write
 
 
 def frozen_reference(ctx: RunContext) -> Any:

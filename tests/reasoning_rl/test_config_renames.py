@@ -94,3 +94,4 @@ def test_rewrite_text_moves_commands_and_docs_to_the_new_keys():
     text = "reasoning-rl-train algo.beta=0 algo.correction=tis algo.group_size=4 # algo.beta_x, reasoning_rl.algo.kl"
     assert rewrite_text(text) == ("reasoning-rl-train algo.kl.beta=0 algo.correction.name=tis algo.group_size=4 "
                                   "# algo.beta_x, reasoning_rl.algo.kl")
+    assert rewrite_text("raise algo.beta. Set algo.correction.name=tis") == "raise algo.kl.beta. Set algo.correction.name=tis"

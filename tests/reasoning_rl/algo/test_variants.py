@@ -17,8 +17,8 @@ from reasoning_rl.algo.losses import (
     kl_k1,
     kl_k2,
     kl_k3,
-    sequence_log_ratio,
 )
+from reasoning_rl.algo.policy_objectives import sequence_log_ratio
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import _train, tiny_model_config
 
