@@ -169,8 +169,8 @@ def test_a_2x2_sweep_runs_as_slurm_jobs_reports_and_relaunch_skips(tmp_path):
     sweep = tmp_path / "sweep"
     out = _sweep(sweep, *SLURM, "algo.kl.beta=0,0.04", "algo.group_size=2,4")
     assert out.returncode == 0, out.stderr[-3000:]
-    runs = sorted(sweep.glob("algo.kl.beta=*,algo.group_size=*/seed=0"))
-    assert [r.parent.name for r in runs] == [f"algo.kl.beta={b},algo.group_size={g}" for b in ("0", "0.04") for g in (2, 4)]
+    runs = sorted(sweep.glob("algo.group_size=*,algo.kl.beta=*/seed=0"))
+    assert [r.parent.name for r in runs] == [f"algo.group_size={g},algo.kl.beta={b}" for g in (2, 4) for b in ("0", "0.04")]
     job_ids = []
     for run in runs:
         status = _status(run)
@@ -192,7 +192,7 @@ def test_a_2x2_sweep_runs_as_slurm_jobs_reports_and_relaunch_skips(tmp_path):
     assert report.main([str(sweep)]) == 0
     table = (sweep / "report" / "report.md").read_text()
     assert sum("| finished |" in line for line in table.splitlines()) == 4
-    for png in ("reward_curves.png", "accuracy_vs_algo_beta.png"):
+    for png in ("reward_curves.png", "accuracy_vs_algo_kl_beta.png"):
         assert (sweep / "report" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # The same sweep again: four new jobs, each skipping its finished run.
