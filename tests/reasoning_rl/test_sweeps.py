@@ -62,7 +62,7 @@ def test_sweep_layout_failures_report_and_relaunch(tmp_path):
         run = sweep / name / "seed=0"
         status = json.loads((run / "status.json").read_text())
         assert (run / "config.yaml").exists()
-        if name.endswith("group_size=1"):
+        if name.startswith("algo.group_size=1,"):
             assert status["status"] == "failed" and "algo.group_size" in status["error"]
         else:
             assert status["status"] == "finished"
