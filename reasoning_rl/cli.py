@@ -1,8 +1,8 @@
 """`reasoning-rl-train`: a Hydra app over the configs in ``conf/`` (installed as ``reasoning_rl.conf``).
 
     reasoning-rl-train                                   # the built-in default: tiny model, arithmetic
-    reasoning-rl-train task=gsm8k model=qwen2.5-0.5b-instruct algo.group_size=16 algo.beta=0.04
-    reasoning-rl-train --multirun algo.beta=0,0.04 algo.group_size=4,8
+    reasoning-rl-train task=gsm8k model=qwen2.5-0.5b-instruct algo.group_size=16 algo.kl.beta=0.04
+    reasoning-rl-train --multirun algo.kl.beta=0,0.04 algo.group_size=4,8
     reasoning-rl-train algo=dapo                         # an algorithm preset: conf/algo/<name>.yaml
 """
 
@@ -137,7 +137,7 @@ def swept_keys(sweep_dir: str | Path) -> set[str] | None:
 
 def run_name(sweep_dir: str, job_overrides: list[str]) -> str:
     """Folder name of one sweep run: ``key=value`` of the settings the sweep varies, sorted and
-    joined by commas (``algo.beta=0.04,algo.group_size=4``); constants, the seed and the keys in
+    joined by commas (``algo.kl.beta=0.04,algo.group_size=4``); constants, the seed and the keys in
     NAME_EXCLUDED are left out; ``/`` made safe; ``default`` when nothing is left."""
     varied = swept_keys(sweep_dir)
     parts = []

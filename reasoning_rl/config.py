@@ -18,12 +18,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
+
+import rewards
+from reasoning_rl import compat
 from reasoning_rl.algo.base import AlgoConfig
 from reasoning_rl.algo.grpo_config import GRPOConfig
+from reasoning_rl.algo.registry import get_algorithm, list_algorithms
 from reasoning_rl.config_checks import (
     TRAIN_RANGES,
     ConfigError,
     choice_problems,
+    declared_ranges,
     mentions,
     problems_message,
     range_problems,
@@ -31,6 +37,7 @@ from reasoning_rl.config_checks import (
     unknown_keys,
 )
 from reasoning_rl.config_choices import TRAIN_CHOICES
+from reasoning_rl.envs.registry import list_environments
 from reasoning_rl.errors import UserError
 from reasoning_rl.evaluation.retention import RetentionConfig
 from reasoning_rl.health.config import HealthConfig
@@ -42,6 +49,8 @@ from reasoning_rl.policy.precision import precision_problems
 from reasoning_rl.policy.runtime import SETTINGS as RUNTIME_SETTINGS
 from reasoning_rl.rollouts.inject import InjectConfig
 from reasoning_rl.tasks import TaskConfig
+from reasoning_rl.tasks.definition import get_definition
+from reasoning_rl.tasks.task import reward_specs
 from reasoning_rl.trackers.base import TrackingConfig
 from reasoning_rl.trackers.registry import logger_problems
 
@@ -227,9 +236,8 @@ class TrainConfig:
 def key_problems(values: Mapping[str, Any]) -> list[str]:
     """Keys of a composed config (a plain dict) that no schema knows, each with the closest known
     key: ``+algo.grop_size=4`` -> ``unknown key algo.grop_size (did you mean algo.group_size?)``.
-    ``algo`` is checked against the chosen algorithm's dataclass (``algo.name`` via the registry)."""
-    from reasoning_rl.algo.registry import get_algorithm
-
+    ``algo`` is checked against the chosen algorithm's dataclass (``algo.name`` via the registry); a key
+    renamed when the algo settings were grouped names its new key (reasoning_rl.config_renames)."""
     algo = values.get("algo")
     name = algo.get("name", "grpo") if isinstance(algo, Mapping) else "grpo"
     return unknown_keys(values, TrainConfig, schemas={"algo": get_algorithm(str(name)).config_class})
@@ -245,18 +253,17 @@ def mask_observations_problem(warmstart: WarmStartConfig, env: str | None) -> st
 
 def validate(cfg: TrainConfig) -> None:
     """Reject settings that would fail later or silently do something else, naming every bad key
-    in one :class:`ConfigError`: each numeric setting's range (``config_checks.TRAIN_RANGES``),
-    the algorithm's own checks (``problems()``) and the combinations that cannot run."""
-    from reasoning_rl.algo.registry import get_algorithm
-    from reasoning_rl.async_checks import async_problems
-    from reasoning_rl.tasks.definition import get_definition
-
+    in one :class:`ConfigError`: each numeric setting's range (``config_checks.TRAIN_RANGES``
+    and those the algorithm's fields declare, ``config_checks.declared_ranges``),
+    the algorithm's own checks (``problems()``) and the combinations that cannot run (every one a rule of
+    ``reasoning_rl.compat``; the number of processes is checked by the run loop, :func:`compat.refuse`)."""
     entry = get_algorithm(cfg.algo.name)
     if not isinstance(cfg.algo, entry.config_class):
         raise ConfigError(f"algo.name={cfg.algo.name!r} needs its settings as {entry.config_class.__name__}, got "
                          f"{type(cfg.algo).__name__}; compose it with algo={cfg.algo.name} or build it with "
                          f"{entry.config_class.__module__}.{entry.config_class.__name__}")
-    problems = range_problems(cfg, TRAIN_RANGES) + choice_problems(cfg, TRAIN_CHOICES) + name_problems(cfg)
+    ranges = {**TRAIN_RANGES, **declared_ranges(type(cfg.algo), "algo.")}
+    problems = range_problems(cfg, ranges) + choice_problems(cfg, TRAIN_CHOICES) + name_problems(cfg)
     if cfg.model.runtime not in RUNTIME_SETTINGS:
         problems.append(f"model.runtime={cfg.model.runtime!r} is unknown; choose one of {', '.join(RUNTIME_SETTINGS)}")
     # The algorithm's checks, less those about a key already reported out of range.
@@ -276,14 +283,13 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.model.name_or_path == TINY and tiny.num_heads >= 1 and tiny.hidden_size % tiny.num_heads:
         problems.append(f"model.tiny.hidden_size={tiny.hidden_size} must be a multiple of "
                         f"model.tiny.num_heads={tiny.num_heads}")
-    if cfg.trainer.fsdp:
-        problems += fsdp_problems(cfg)
-    problems += cfg.rollout.inject.problems(cfg.rollout.backend, cfg.trainer.fsdp)
-    problems += async_problems(cfg)
+    # fsdp=False: rollout.inject with trainer.fsdp is a rule of reasoning_rl.compat (stated once, there).
+    problems += cfg.rollout.inject.problems(cfg.rollout.backend)
+    problems += compat.problems(cfg)
     problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
     problems += cfg.trainer.health.problems() + inert_problems(cfg)
     problems += logger_problems(cfg.trainer.loggers, cfg.trainer.tracking)
-    problems += precision_problems(cfg.trainer.precision, cfg.model.dtype, cfg.algo) + lora_problems(cfg)
+    problems += precision_problems(cfg.trainer.precision) + lora_problems(cfg)
     if cfg.warmstart.enabled and (problem := mask_observations_problem(cfg.warmstart, cfg.task.env)):
         problems.append(problem)
     if problems:
@@ -293,10 +299,6 @@ def validate(cfg: TrainConfig) -> None:
 def name_problems(cfg: TrainConfig) -> list[str]:
     """Names looked up in a registry where they are used (the reward's and the audit's verifiers, the
     environment) and ``model.lm_head_chunk``, checked here with the other settings instead."""
-    import rewards
-    from reasoning_rl.envs.registry import list_environments
-    from reasoning_rl.tasks.task import reward_specs
-
     out = []
     verifiers = rewards.list_verifiers()
     named = [(f"task.rewards[{i}].name", s.name) for i, s in enumerate(reward_specs(cfg.task.rewards))]
@@ -311,17 +313,6 @@ def name_problems(cfg: TrainConfig) -> list[str]:
     return out
 
 
-def fsdp_problems(cfg: TrainConfig) -> list[str]:
-    """Combinations ``trainer.fsdp=true`` refuses, each with the reason: the algorithm's own
-    (``AlgoConfig.fsdp_problems``: which algorithms and settings shard is theirs to say) and the
-    rollout engine's."""
-    out = cfg.algo.fsdp_problems()
-    if cfg.rollout.backend == "vllm":
-        out.append("trainer.fsdp=true with rollout.backend=vllm is not supported (the weight sync reads a whole "
-                   "state_dict on each rank and is untested with shards); use rollout.backend=hf or native")
-    return out
-
-
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore.
 
@@ -329,10 +320,6 @@ def register_configs() -> None:
     which it leaves at the base ``AlgoConfig`` so that any algorithm's settings can merge
     into it; each algorithm's dataclass is stored as ``algo/<name>_schema``, and its YAML
     file lists that first (``conf/algo/grpo.yaml``), so ``algo.*`` is typed too."""
-    from hydra.core.config_store import ConfigStore
-
-    from reasoning_rl.algo.registry import get_algorithm, list_algorithms
-
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig(algo=AlgoConfig()))
     for name in list_algorithms():

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reasoning_rl.config_renames import renamed_key_message
 from reasoning_rl.errors import UserError
 
 
@@ -141,33 +142,29 @@ TRAIN_RANGES: dict[str, Range] = {
     "algo.adam_beta2": BELOW_1,
     "algo.max_grad_norm": AT_LEAST_0,
     "algo.lr_warmup_steps": AT_LEAST_0,
-    "algo.eps_low": BELOW_1,
-    "algo.eps_high": AT_LEAST_0,
+    "algo.policy_loss.eps_low": BELOW_1,
+    "algo.policy_loss.eps_high": AT_LEAST_0,
     "algo.num_iterations": AT_LEAST_1,
     "algo.group_size": AT_LEAST_1,
-    "algo.beta": AT_LEAST_0,
-    "algo.adv_eps": AT_LEAST_0,
-    "algo.ref_reset_every": AT_LEAST_0,
-    "algo.dynamic_sampling_max_rounds": AT_LEAST_0,
-    "algo.positive_weight": AT_LEAST_0,
-    "algo.pass_k": AT_LEAST_1,
-    "algo.dual_clip_c": AT_LEAST_0,
-    "algo.log_ratio_clamp": AT_LEAST_0,
-    "algo.kl_clamp": AT_LEAST_0,
-    "algo.correction_c": POSITIVE,
-    "algo.correction_low": AT_LEAST_0,
-    "algo.correction_high": POSITIVE,
-    "algo.correction_delta": FRACTION,
-    "algo.correction_kl_max": AT_LEAST_0,
-    "algo.cov_fraction": FRACTION,
-    "algo.kl_cov_coef": AT_LEAST_0,
-    "algo.entropy_top_fraction": SHARE,
+    "algo.kl.beta": AT_LEAST_0,
+    "algo.advantage.eps": AT_LEAST_0,
+    "algo.kl.ref_reset_every": AT_LEAST_0,
+    "algo.dynamic_sampling.max_rounds": AT_LEAST_0,
+    "algo.advantage.positive_weight": AT_LEAST_0,
+    "algo.advantage.pass_k": AT_LEAST_1,
+    "algo.policy_loss.dual_clip_c": AT_LEAST_0,
+    "algo.policy_loss.log_ratio_clamp": AT_LEAST_0,
+    "algo.kl.clamp": AT_LEAST_0,
+    "algo.entropy_control.fraction": FRACTION,
+    "algo.entropy_control.kl_coef": AT_LEAST_0,
+    "algo.entropy_control.top_fraction": SHARE,
     "algo.gamma": FRACTION,
     "algo.lam": FRACTION,
     "algo.value_clip": POSITIVE,
     "algo.vf_coef": AT_LEAST_0,
     "algo.critic_learning_rate": AT_LEAST_0,
     "algo.pairs_per_prompt": AT_LEAST_0,
+    "algo.beta": AT_LEAST_0,  # DPO's beta (its problems() asks > 0); GRPO's and PPO's is algo.kl.beta
 }
 """Allowed range of every numeric setting of ``reasoning-rl-train`` (dotted name -> range)."""
 
@@ -176,8 +173,8 @@ TRAIN_FREE: dict[str, str] = {
     "task.audit.seed": "any integer seeds the verifier audit's sample",
     "model.tiny.init_seed": "any integer seeds the tiny model's initialisation",
     "task.rewards.weight": "a reward component's weight may be negative (a penalty) or 0 (measured, not rewarded)",
-    "algo.clip_cov_low": "a bound on a covariance, which may be negative (GRPOConfig.problems checks low <= high)",
-    "algo.clip_cov_high": "a bound on a covariance, which may be negative (GRPOConfig.problems checks low <= high)",
+    "algo.entropy_control.cov_low": "a bound on a covariance, which may be negative (EntropyControlConfig.problems checks low <= high)",
+    "algo.entropy_control.cov_high": "a bound on a covariance, which may be negative (EntropyControlConfig.problems checks low <= high)",
 }
 """Numeric settings of ``reasoning-rl-train`` any value of is valid, with the reason."""
 
@@ -219,6 +216,20 @@ def numeric_fields(schema: type, prefix: str = "") -> Iterator[str]:
             yield from numeric_fields(t, f"{prefix}{f.name}.")
         elif item is not None and dataclasses.is_dataclass(item):
             yield from numeric_fields(item, f"{prefix}{f.name}.")
+
+
+def declared_ranges(schema: type, prefix: str = "") -> dict[str, Range]:
+    """The ranges a schema's fields declare themselves (``field(metadata={"range": POSITIVE})``), by dotted
+    name, walking nested dataclasses: a group whose options come and go with its variants (the off-policy
+    corrections') keeps each option's range beside the option instead of in :data:`TRAIN_RANGES`."""
+    hints = _hints(schema)
+    out = {}
+    for f in dataclasses.fields(schema):
+        if "range" in f.metadata:
+            out[prefix + f.name] = f.metadata["range"]
+        elif dataclasses.is_dataclass(hints[f.name]):
+            out |= declared_ranges(hints[f.name], f"{prefix}{f.name}.")
+    return out
 
 
 def free_form_fields(schema: type, prefix: str = "") -> Iterator[str]:
@@ -318,7 +329,9 @@ def unknown_keys(values: Mapping[str, Any], schema: type, prefix: str = "",
             continue
         t = schemas.get(dotted, hints[key])
         item = _list_item(t)
-        if dataclasses.is_dataclass(t) and isinstance(value, Mapping):
+        if dataclasses.is_dataclass(t) and not isinstance(value, Mapping) and (renamed := renamed_key_message(dotted)):
+            out.append(renamed)  # an old flat key that is now this group's name (algo.correction=tis)
+        elif dataclasses.is_dataclass(t) and isinstance(value, Mapping):
             out += unknown_keys(value, t, dotted + ".", schemas)
         elif item is not None and dataclasses.is_dataclass(item) and isinstance(value, list):
             for i, element in enumerate(value):
@@ -329,6 +342,9 @@ def unknown_keys(values: Mapping[str, Any], schema: type, prefix: str = "",
 
 def unknown_key_message(dotted: str, known: list[str], prefix: str = "") -> str:
     """``unknown key algo.grop_size (did you mean algo.group_size?)``, or the known keys when none is close."""
+    renamed = renamed_key_message(dotted)
+    if renamed is not None:
+        return renamed
     name = dotted[len(prefix):]
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     if close:

@@ -34,6 +34,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any, NoReturn, TypeVar
 
 from reasoning_rl.config_checks import ConfigError, unknown_key_message
+from reasoning_rl.config_renames import renamed_key_message
 from reasoning_rl.errors import DEBUG_ENV, USER_ERROR_EXIT, StorageError, UserError, debug_enabled
 
 T = TypeVar("T")
@@ -104,7 +105,8 @@ def omegaconf_message(exc: Exception) -> str:
             return unknown_key_message(key, [f.name for f in fields(schema)], f"{prefix}." if prefix else "")
         return f"unknown key {key}"
     if isinstance(exc, ValidationError) and key:
-        return f"bad value for {key}: {msg}"
+        # an old flat key that is now a group's name (algo.correction=tis): name the new key
+        return renamed_key_message(key) or f"bad value for {key}: {msg}"
     return f"{key}: {msg}" if key else msg
 
 

@@ -30,10 +30,10 @@ class Inert:
     """A setting that acts only when ``acts`` holds."""
 
     setting: str
-    """Dotted key (``algo.correction_c``); a row whose setting the config does not have (an algorithm
+    """Dotted key (``algo.correction.c``); a row whose setting the config does not have (an algorithm
     without it) is skipped."""
     needs: str
-    """What must hold, as a reader would write it (``algo.correction=tis``)."""
+    """What must hold, as a reader would write it (``algo.correction.name=tis``)."""
     acts: Callable[[TrainConfig], bool]
     """True when the setting has an effect in this configuration."""
     refuse: bool = True
@@ -46,37 +46,36 @@ class Inert:
                 f"{self.fix or 'set ' + self.needs} or drop {self.setting}")
 
 
-def _algo(cfg: TrainConfig, name: str) -> Any:
-    return getattr(cfg.algo, name, None)
-
-
-def _beta(cfg: TrainConfig) -> bool:
-    return (_algo(cfg, "beta") or 0) > 0
-
-
 MIS = ("mis_token", "mis_seq", "mis_geo")
 
 INERT: tuple[Inert, ...] = (
     *(Inert(f"task.audit.{k}", "task.audit.verifier is set", lambda c: c.task.audit.verifier is not None,
             fix="set task.audit.verifier (e.g. math, math_verify, code)") for k in ("fraction", "seed", "asynchronous", "options")),
-    Inert("algo.correction_c", "algo.correction=tis", lambda c: _algo(c, "correction") == "tis"),
-    *(Inert(f"algo.correction_{k}", "algo.correction is one of mis_token, mis_seq, mis_geo",
-            lambda c: _algo(c, "correction") in MIS, fix="set algo.correction=mis_token") for k in ("low", "high")),
-    Inert("algo.correction_delta", "algo.correction=dppo_tv", lambda c: _algo(c, "correction") == "dppo_tv"),
-    Inert("algo.correction_kl_max", "algo.correction=trust_region_mask",
-          lambda c: _algo(c, "correction") == "trust_region_mask"),
-    Inert("algo.cov_fraction", "algo.entropy_control is clip_cov or kl_cov",
-          lambda c: _algo(c, "entropy_control") in ("clip_cov", "kl_cov"), fix="set algo.entropy_control=clip_cov"),
-    *(Inert(f"algo.clip_cov_{k}", "algo.entropy_control=clip_cov",
-            lambda c: _algo(c, "entropy_control") == "clip_cov") for k in ("low", "high")),
-    Inert("algo.kl_cov_coef", "algo.entropy_control=kl_cov", lambda c: _algo(c, "entropy_control") == "kl_cov"),
-    Inert("algo.entropy_top_fraction", "algo.entropy_control=high_entropy",
-          lambda c: _algo(c, "entropy_control") == "high_entropy"),
-    Inert("algo.positive_weight", "algo.advantage=w_reinforce", lambda c: _algo(c, "advantage") == "w_reinforce"),
-    Inert("algo.pass_k", "algo.advantage=pass_at_k", lambda c: _algo(c, "advantage") == "pass_at_k"),
-    Inert("algo.dynamic_sampling_max_rounds", "algo.dynamic_sampling=true", lambda c: bool(_algo(c, "dynamic_sampling"))),
-    *(Inert(f"algo.{k}", "algo.beta > 0", _beta, fix="set algo.beta > 0 (0 loads no reference, adds no KL term)")
-      for k in ("kl_estimator", "kl_placement", "kl_clamp", "ref_reset_every")),
+    # An algorithm's group option: the row is read only where the chosen algorithm has the setting, so its
+    # condition reads the group directly (reasoning_rl.config_renames lists the old flat names).
+    Inert("algo.correction.c", "algo.correction.name=tis", lambda c: c.algo.correction.name == "tis"),
+    *(Inert(f"algo.correction.{k}", "algo.correction.name is one of mis_token, mis_seq, mis_geo",
+            lambda c: c.algo.correction.name in MIS, fix="set algo.correction.name=mis_token") for k in ("low", "high")),
+    Inert("algo.correction.delta", "algo.correction.name=dppo_tv", lambda c: c.algo.correction.name == "dppo_tv"),
+    Inert("algo.correction.kl_max", "algo.correction.name=trust_region_mask",
+          lambda c: c.algo.correction.name == "trust_region_mask"),
+    Inert("algo.entropy_control.fraction", "algo.entropy_control.name is clip_cov or kl_cov",
+          lambda c: c.algo.entropy_control.name in ("clip_cov", "kl_cov"), fix="set algo.entropy_control.name=clip_cov"),
+    *(Inert(f"algo.entropy_control.cov_{k}", "algo.entropy_control.name=clip_cov",
+            lambda c: c.algo.entropy_control.name == "clip_cov") for k in ("low", "high")),
+    Inert("algo.entropy_control.kl_coef", "algo.entropy_control.name=kl_cov",
+          lambda c: c.algo.entropy_control.name == "kl_cov"),
+    Inert("algo.entropy_control.top_fraction", "algo.entropy_control.name=high_entropy",
+          lambda c: c.algo.entropy_control.name == "high_entropy"),
+    Inert("algo.advantage.positive_weight", "algo.advantage.estimator=w_reinforce",
+          lambda c: c.algo.advantage.estimator == "w_reinforce"),
+    Inert("algo.advantage.pass_k", "algo.advantage.estimator=pass_at_k",
+          lambda c: c.algo.advantage.estimator == "pass_at_k"),
+    Inert("algo.dynamic_sampling.max_rounds", "algo.dynamic_sampling.enabled=true",
+          lambda c: c.algo.dynamic_sampling.enabled),
+    *(Inert(f"algo.kl.{k}", "algo.kl.beta > 0", lambda c: c.algo.kl.beta > 0,
+            fix="set algo.kl.beta > 0 (0 loads no reference, adds no KL term)")
+      for k in ("estimator", "placement", "clamp", "ref_reset_every")),
     *(Inert(f"evaluation.{k}", "evaluation.kl_to_base_every > 0", lambda c: c.evaluation.kl_to_base_every > 0)
       for k in ("kl_to_base_prompts", "kl_to_base_samples")),
     *(Inert(f"evaluation.retention.{k}", "evaluation.retention.task is set",

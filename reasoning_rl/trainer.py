@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from reasoning_rl import distributed
+from reasoning_rl import compat, distributed
 from reasoning_rl.algo.base import Algorithm, RunContext
 from reasoning_rl.algo.registry import get_algorithm
 from reasoning_rl.config import ConfigError, TrainConfig, validate
@@ -79,6 +79,7 @@ class Trainer:
         entry = get_algorithm(cfg.algo.name)
         self._owns_process_group = distributed.init_from_env()
         check_world_size(cfg, distributed.world_size())
+        compat.refuse(cfg, distributed.world_size())  # the rules that depend on the number of processes
         self.cfg = cfg
         self.run_dir = Path(distributed.broadcast_object(str(run_dir)))  # rank 0's folder on every rank
         self.run_dir.mkdir(parents=True, exist_ok=True)

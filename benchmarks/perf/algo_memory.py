@@ -66,7 +66,7 @@ def overrides_for(algo: str, size: dict[str, int], completions: int, group_size:
     return [*ALGORITHMS[algo], *batch, *model, "warmstart.enabled=false", "evaluation.enabled=false",
             f"trainer.steps={steps}", "trainer.save_every=0", "trainer.progress_bar=false",
             "trainer.tensorboard=false", "trainer.log_completions=false", f"trainer.num_threads={threads}",
-            f"rollout.max_new_tokens={max_new_tokens}", "rollout.stop=[]", "algo.beta=0.04"]
+            f"rollout.max_new_tokens={max_new_tokens}", "rollout.stop=[]", "algo.kl.beta=0.04"]
 
 
 def worker(overrides: list[str], run_dir: str) -> dict[str, Any]:

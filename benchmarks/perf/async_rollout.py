@@ -63,7 +63,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def base_overrides(args: argparse.Namespace) -> list[str]:
-    out = ["task=arithmetic", "model=tiny", "rollout=native", "algo.prompts_per_step=16", "algo.beta=0.01",
+    out = ["task=arithmetic", "model=tiny", "rollout=native", "algo.prompts_per_step=16", "algo.kl.beta=0.01",
            "trainer.save_every=0", "trainer.log_completions=false", "trainer.progress_bar=false",
            "trainer.tensorboard=false", "rollout.reward_workers=1", "evaluation.samples_per_problem=1"]
     if args.hidden is not None:

@@ -52,7 +52,7 @@ SMALL_LAYERS = ["model.tiny.arch=qwen2", "model.tiny.hidden_size=128", "model.ti
                 "model.tiny.num_heads=2", "model.tiny.intermediate_size=256"]
 PRESET = ["model.dtype=float32", "model.reference_dtype=bfloat16", "model.gradient_checkpointing=true",
           "trainer.precision=bf16", "algo.group_size=16", "algo.prompts_per_step=16", "algo.micro_batch_size=16",
-          "algo.beta=0.04", "rollout.max_new_tokens=512", "trainer.steps=1", "warmstart.enabled=false",
+          "algo.kl.beta=0.04", "rollout.max_new_tokens=512", "trainer.steps=1", "warmstart.enabled=false",
           "evaluation.enabled=false", "trainer.tensorboard=false", "trainer.progress_bar=false"]
 """conf/experiment/gsm8k_qwen05b.yaml's training settings, one step, on the built-in task (offline)."""
 QWEN_VOCAB = 151_936

@@ -109,18 +109,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def train_config(args: argparse.Namespace, model_dir: Path, definition: Path, run_dir: Path) -> Any:
     """The training config of the workload: the TRL script's settings (module docstring)."""
+    from reasoning_rl.algo.advantages import AdvantageConfig
     from reasoning_rl.algo.grpo import GRPOConfig
+    from reasoning_rl.algo.losses import KLConfig, PolicyLossConfig
     from reasoning_rl.config import TrainConfig
 
     cfg = TrainConfig()
     cfg.model.name_or_path, cfg.model.dtype, cfg.model.device = str(model_dir), "float32", "cpu"
     cfg.task.name = str(definition)
     cfg.algo = GRPOConfig(
-        prompts_per_step=args.prompts_per_step, group_size=args.group, beta=args.beta,
+        prompts_per_step=args.prompts_per_step, group_size=args.group, kl=KLConfig(beta=args.beta, estimator="k3_is"),
         learning_rate=args.lr, lr_schedule="linear", lr_warmup_steps=0, weight_decay=0.0,
         adam_beta1=0.9, adam_beta2=0.999, max_grad_norm=1.0, num_iterations=1,
-        eps_low=0.2, eps_high=0.2, loss_aggregation="token_mean", advantage="grpo", std="unbiased",
-        adv_eps=1e-4, kl_estimator="k3_is", micro_batch_size=args.micro_batch,
+        policy_loss=PolicyLossConfig(eps_low=0.2, eps_high=0.2), loss_aggregation="token_mean",
+        advantage=AdvantageConfig(estimator="grpo", std="unbiased", eps=1e-4), micro_batch_size=args.micro_batch,
     )
     r = cfg.rollout
     r.backend, r.temperature, r.top_p, r.top_k = args.backend, args.temperature, 1.0, 0

@@ -21,13 +21,8 @@ from reasoning_rl.algo.aggregation import (
     token_mean,
 )
 from reasoning_rl.algo.base import AlgoConfig, Algorithm, RunContext, StepOutput
-from reasoning_rl.algo.losses import (
-    LossOutput,
-    clipped_surrogate,
-    grpo_loss,
-    kl_k3,
-    policy_ratio,
-)
+from reasoning_rl.algo.losses import LossOutput, grpo_loss, kl_k3
+from reasoning_rl.algo.policy_objectives import clipped_surrogate, policy_ratio
 from reasoning_rl.algo.registry import (
     AlgorithmNotFoundError,
     get_algorithm,

@@ -9,7 +9,9 @@ name from :data:`ADVANTAGE_ESTIMATORS`; adding one is one function and one line.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -213,10 +215,45 @@ def compute_advantages(rewards: torch.Tensor, estimator: str = "grpo", **options
 def advantage_options(estimator: str, available: dict[str, object]) -> dict[str, object]:
     """The subset of ``available`` (every advantage setting of the config) that the estimator named
     ``estimator`` takes as keyword arguments: ``k`` goes to pass_at_k only, ``std`` to grpo only."""
-    import inspect
-
     params = inspect.signature(ADVANTAGE_ESTIMATORS[estimator]).parameters
     return {k: v for k, v in available.items() if k in params}
+
+
+@dataclass
+class AdvantageConfig:
+    """The advantage estimator and its options (``algo.advantage``; verl's ``algorithm.adv_estimator``
+    with its norm settings). An option is read only by the estimators whose signature names it."""
+
+    estimator: str = "grpo"
+    """:data:`ADVANTAGE_ESTIMATORS`: grpo, dr_grpo, rloo, reinforce_pp, w_reinforce (NSR / W-REINFORCE),
+    pass_at_k, maxrl."""
+    std: str = "population"
+    """GRPO's scale: population (paper's worked example), unbiased (TRL/verl), batch, batch_unbiased, none."""
+    eps: float = 1e-6
+    """eps in A_i = (r_i - mean) / (std + eps) (TRL uses 1e-4; docs/grpo.md)."""
+    pass_k: int = 4
+    """k of the pass@k advantage (estimator=pass_at_k); k = 1 is GRPO's advantage."""
+    positive_weight: float = 0.1
+    """W-REINFORCE's lambda, the weight of correct samples (estimator=w_reinforce; 0 = NSR alone)."""
+
+    def problems(self, group_size: int) -> list[str]:
+        out = []
+        if self.estimator not in ADVANTAGE_ESTIMATORS:
+            out.append(f"algo.advantage.estimator={self.estimator!r} is unknown; "
+                       f"choose one of {sorted(ADVANTAGE_ESTIMATORS)}")
+        if self.std not in STD_MODES:
+            out.append(f"algo.advantage.std={self.std!r} is unknown; choose one of {', '.join(STD_MODES)}")
+        if self.estimator == "pass_at_k" and self.pass_k > group_size:
+            out.append(f"algo.advantage.pass_k={self.pass_k} exceeds algo.group_size={group_size}: a group has no "
+                       f"{self.pass_k}-subsets; lower algo.advantage.pass_k or raise algo.group_size")
+        return out
+
+    def __call__(self, rewards: torch.Tensor) -> torch.Tensor:
+        """The estimator's advantages of ``rewards`` [B, G], with the options its signature names
+        (k: pass_at_k only, std: grpo's scale).  # [B, G]"""
+        options = advantage_options(self.estimator, {"eps": self.eps, "std": self.std, "k": self.pass_k,
+                                                     "positive_weight": self.positive_weight})
+        return compute_advantages(rewards, self.estimator, **options)
 
 
 def zero_std_fraction(rewards: torch.Tensor, tol: float = 1e-8) -> float:

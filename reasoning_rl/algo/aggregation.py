@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from reasoning_rl import distributed
+
 # -- normalisation: the batch-level denominators, computed once ------------------------------------
 
 @dataclass(frozen=True)
@@ -34,8 +36,6 @@ class LossNormalizer:
     def for_batch(cls, completion_lengths: Sequence[int], max_tokens: float = 1.0) -> LossNormalizer:
         """From the token counts of every completion in the batch; with several ranks the counts
         are summed over ranks (one all-reduce; every rank must call this for each batch)."""
-        from reasoning_rl import distributed
-
         n, tokens = distributed.sum_floats([float(len(completion_lengths)), float(sum(completion_lengths))])
         return cls(num_sequences=n, num_tokens=float(max(1.0, tokens)), max_tokens=float(max_tokens))
 

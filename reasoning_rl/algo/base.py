@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from reasoning_rl.algo.aggregation import LOSS_AGGREGATIONS
 from reasoning_rl.algo.corrections import CorrectionConfig
+from reasoning_rl.algo.losses import KLPenaltyConfig
+from reasoning_rl.algo.policy_objectives import ClipRangeConfig
 from reasoning_rl.reward_guard import RewardGuard
 
 if TYPE_CHECKING:
@@ -29,6 +32,30 @@ if TYPE_CHECKING:
     from rewards.pool import WorkerPool
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an algorithm's code is built and tested for. Generic code (the compatibility rules of
+    ``reasoning_rl.compat``, the planner, the preflight) asks these, never an algorithm's field names."""
+
+    samples_groups: bool = False
+    """Its step samples ``group_size`` completions per prompt from the policy and scores them (the preflight
+    can sample one such batch ahead of training)."""
+    mixed_precision: bool = False
+    """Its update runs under ``trainer.precision`` bf16/fp16 (reasoning_rl.policy.precision)."""
+    lora: bool = False
+    """It trains a peft adapter with the base as its reference (``model.lora.r > 0``, reasoning_rl.policy.lora)."""
+    async_rollouts: bool = False
+    """Its step samples once, ``prompts_per_step`` x ``group_size`` with the policy at ``step_seed(seed, step)``
+    (reasoning_rl.algo.batch.sample_step), so that a generator process can run ahead of it
+    (``rollout.max_staleness``, reasoning_rl.rollouts.async_engine)."""
+    fsdp: bool = False
+    """Every rank runs the same number of forward/backward passes and only the models the run loop shards
+    (policy, reference) are trained, as FSDP's collectives need (``trainer.fsdp=true``)."""
+    fsdp_blocker: str = ("a rank without samples to learn from skips its forward and backward passes, which "
+                         "FSDP's per-layer collectives cannot allow")
+    """Why ``trainer.fsdp=true`` cannot train it, when ``fsdp`` is False (the refusal says it)."""
 
 
 @dataclass
@@ -72,52 +99,70 @@ class AlgoConfig:
                        f"{self.learning_rate}, {self.lr_warmup_steps}")
         return out
 
-    supports_mixed_precision: ClassVar[bool] = False
-    """Whether the algorithm's update runs under ``trainer.precision`` bf16/fp16 (reasoning_rl.policy.precision);
-    an algorithm built and tested for it says so (``GRPOConfig``)."""
-    supports_lora: ClassVar[bool] = False
-    """Whether the algorithm trains a peft adapter with the base as its reference (``model.lora.r > 0``,
-    reasoning_rl.policy.lora); an algorithm built and tested for it says so (``GRPOConfig``)."""
-    supports_async_rollouts: ClassVar[bool] = False
-    """Whether the algorithm's step samples once, ``prompts_per_step`` x ``group_size`` with the policy at
-    ``step_seed(seed, step)`` (reasoning_rl.algo.batch.sample_step), so that a generator process can run
-    ahead of it (``rollout.max_staleness``, reasoning_rl.rollouts.async_engine); tested for ``GRPOConfig`` and ``PPOConfig``."""
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    """What the algorithm supports (:class:`Capabilities`); the compatibility rules read it."""
 
-    def fsdp_problems(self) -> list[str]:
-        """Why ``trainer.fsdp=true`` cannot train these settings (empty when it can). FSDP runs
-        collectives inside every forward and backward, so every rank must run the same number of
-        them, and only the models the run loop shards (policy, reference) are handled. An algorithm
-        built and tested for FSDP says so by overriding this (``GRPOConfig``)."""
-        return [f"trainer.fsdp=true does not support algo.name={self.name!r}: a rank without samples to learn "
-                "from skips its forward and backward passes, which FSDP's per-layer collectives cannot allow; "
-                "drop trainer.fsdp for the replicated data-parallel run"]
+    # -- what these settings make the algorithm do, for generic code (never read its fields by name) --
+    def samples_per_prompt(self) -> int:
+        """Completions a step samples per prompt (1 for an algorithm that samples none)."""
+        return 1
+
+    def uses_reference(self) -> bool:
+        """Whether a frozen reference model pi_ref is loaded."""
+        return False
+
+    def reference_changes(self) -> bool:
+        """Whether pi_ref is reset to the policy during the run (iterative GRPO)."""
+        return False
+
+    def resamples(self) -> bool:
+        """Whether a step may sample extra rounds, decided by what it scored (DAPO's dynamic sampling)."""
+        return False
+
+    def keeps_old_logprobs(self) -> bool:
+        """Whether the update holds pi_old's log-probs of the batch (more than one update per batch)."""
+        return False
+
+    def shares_prompt_forward(self) -> bool:
+        """Whether the G completions of a group encode their shared prompt once (reasoning_rl.policy.logprobs)."""
+        return False
 
 
 @dataclass
-class ClippedPolicyConfig(CorrectionConfig, AlgoConfig):
-    """Settings every algorithm with PPO's clipped policy objective has (GRPO, PPO)."""
+class ClippedPolicyConfig(AlgoConfig):
+    """Settings every algorithm with PPO's clipped policy objective has (GRPO, PPO): the groups
+    ``algo.policy_loss``, ``algo.kl`` and ``algo.correction``."""
 
-    eps_low: float = 0.2
-    """Lower clip range: the ratio is clipped at 1 - eps_low."""
-    eps_high: float = 0.2
-    """Upper clip range: the ratio is clipped at 1 + eps_high (DAPO's clip-higher uses 0.28)."""
+    group_size: int = 8
+    """Completions sampled per prompt."""
+    policy_loss: ClipRangeConfig = field(default_factory=ClipRangeConfig)
+    """The clipped objective's settings (``reasoning_rl.algo.losses``)."""
+    kl: KLPenaltyConfig = field(default_factory=KLPenaltyConfig)
+    """The KL(pi_theta || pi_ref) penalty (``reasoning_rl.algo.losses``)."""
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    """The off-policy correction of the policy loss (``reasoning_rl.algo.corrections``, docs/offpolicy.md)."""
     loss_aggregation: str = "sequence_mean"
     """How per-token losses become one: sequence_mean (paper), token_mean (DAPO) or constant (Dr. GRPO)."""
     num_iterations: int = 1
     """mu (PPO's epochs): optimisation steps on each batch of rollouts (old log-probs kept from sampling time)."""
 
     def problems(self) -> list[str]:
-        from reasoning_rl.algo.aggregation import LOSS_AGGREGATIONS
-
-        out = super().problems()
-        if not (0 <= self.eps_low < 1) or self.eps_high < 0:
-            out.append(f"need 0 <= algo.eps_low < 1 and algo.eps_high >= 0, got {self.eps_low}, {self.eps_high}")
+        out = super().problems() + self.policy_loss.problems() + self.kl.problems() + self.correction.problems()
         if self.loss_aggregation not in LOSS_AGGREGATIONS:
             out.append(f"algo.loss_aggregation={self.loss_aggregation!r} is unknown; "
                        f"choose one of {sorted(LOSS_AGGREGATIONS)}")
         if self.num_iterations < 1:
             out.append(f"algo.num_iterations must be >= 1, got {self.num_iterations}")
         return out
+
+    def samples_per_prompt(self) -> int:
+        return self.group_size
+
+    def uses_reference(self) -> bool:
+        return self.kl.beta != 0.0
+
+    def keeps_old_logprobs(self) -> bool:
+        return self.num_iterations > 1
 
 
 @dataclass
@@ -196,9 +241,10 @@ class Algorithm(ABC):
         """Release what :meth:`setup` acquired (nothing by default)."""
 
     def samples_per_prompt(self) -> int:
-        """How many completions a step samples of each prompt (its group size): the policy runtime check
-        samples that many, at most 4 (reasoning_rl.policy.runtime_check). One by default."""
-        return 1
+        """How many completions a step samples of each prompt, as its settings say (``AlgoConfig``'s
+        :meth:`~AlgoConfig.samples_per_prompt`): the policy runtime check samples that many, at most 4
+        (reasoning_rl.policy.runtime_check)."""
+        return self.cfg.samples_per_prompt()
 
     def next_request(self, step: int, examples: Sequence[Example]) -> Request | None:
         """What :meth:`step` number ``step`` will sample from ``examples`` (the prompt sampler's examples of

@@ -5,7 +5,7 @@ trainer's policy disagree on the probability of the tokens that were sampled. Wi
 
     rho_t = pi_train(y_t | x, y_<t) / mu(y_t | x, y_<t)       (per token, from log-probs)
 
-each correction is one function of a table (:data:`CORRECTIONS`, ``algo.correction``) that returns
+each correction is one function of a table (:data:`CORRECTIONS`, ``algo.correction.name``) that returns
 a DETACHED weight ``w_t`` per token; the policy loss of every objective (clip, cispo, gmpo; GRPO's
 family and PPO) is multiplied by it before aggregation (``reasoning_rl.algo.losses.grpo_loss``):
 
@@ -28,7 +28,7 @@ Shapes: B sequences, L completion tokens (padded); ``mask`` is 1 on real tokens.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -36,6 +36,7 @@ from reasoning_rl.algo.loss_tokens import LossTokens, loss_tokens
 from reasoning_rl.algo.loss_tokens import (
     known_behaviour as known_behaviour,  # where docs/offpolicy.md names it
 )
+from reasoning_rl.config_checks import AT_LEAST_0, FRACTION, POSITIVE
 
 ICEPOP_BOUNDS = (0.5, 5.0)
 """IcePop's two-sided mask [alpha, beta] (Ring-1T, arXiv 2510.18855, sec. 3)."""
@@ -43,48 +44,34 @@ ICEPOP_BOUNDS = (0.5, 5.0)
 
 @dataclass
 class CorrectionConfig:
-    """The off-policy correction settings (``algo.correction*``), mixed into every clipped-policy config."""
+    """The off-policy correction and its options (``algo.correction``; verl's ``algorithm.rollout_correction``).
+    A correction is one function of :data:`CORRECTIONS` that reads its options from this dataclass: adding
+    one is its function, its table line and, when it has an option, one field here (its allowed range in
+    the field's metadata, which validation reads: reasoning_rl.config_checks.declared_ranges)."""
 
-    correction: str = "none"
-    """Off-policy correction of the policy loss (reasoning_rl.algo.corrections; docs/offpolicy.md): none, tis,
-    mis_token, mis_seq, mis_geo, icepop, dppo_tv or trust_region_mask. Acts only when the completions carry
-    the sampler's log-probs (Completion.logprobs)."""
-    correction_c: float = 2.0
+    name: str = "none"
+    """Off-policy correction of the policy loss (docs/offpolicy.md): none, tis, mis_token, mis_seq, mis_geo,
+    icepop, dppo_tv or trust_region_mask. Acts only when the completions carry the sampler's log-probs
+    (Completion.logprobs)."""
+    c: float = field(default=2.0, metadata={"range": POSITIVE})
     """tis: the truncation C of the weight min(rho, C) (about 2 in verl/TRL)."""
-    correction_low: float = 0.5
+    low: float = field(default=0.5, metadata={"range": AT_LEAST_0})
     """mis_token / mis_seq / mis_geo: lower bound a of the kept rho (token, sequence product, geometric mean)."""
-    correction_high: float = 2.0
+    high: float = field(default=2.0, metadata={"range": POSITIVE})
     """mis_token / mis_seq / mis_geo: upper bound b of the kept rho."""
-    correction_delta: float = 0.2
+    delta: float = field(default=0.2, metadata={"range": FRACTION})
     """dppo_tv: the bound on |pi_theta(y_t) - mu(y_t)| beyond which a token's update is blocked."""
-    correction_kl_max: float = 0.05
+    kl_max: float = field(default=0.05, metadata={"range": AT_LEAST_0})
     """trust_region_mask: a sequence whose largest per-token KL(mu || pi_train) estimate exceeds this is masked."""
 
     def problems(self) -> list[str]:
-        """The correction's own checks (cooperative: the next config class in the MRO adds its own)."""
-        parent = getattr(super(), "problems", None)
-        out = list(parent()) if parent is not None else []
-        if self.correction not in CORRECTIONS:
-            out.append(f"algo.correction={self.correction!r} is unknown; choose one of {', '.join(CORRECTIONS)}")
-        if self.correction_low > self.correction_high:
-            out.append(f"algo.correction_low={self.correction_low} is above algo.correction_high="
-                       f"{self.correction_high}: every token would be masked; swap them")
+        out = []
+        if self.name not in CORRECTIONS:
+            out.append(f"algo.correction.name={self.name!r} is unknown; choose one of {', '.join(CORRECTIONS)}")
+        if self.low > self.high:
+            out.append(f"algo.correction.low={self.low} is above algo.correction.high={self.high}: "
+                       f"every token would be masked; swap them")
         return out
-
-    def correction_options(self) -> CorrectionOptions:
-        return CorrectionOptions(self.correction_c, self.correction_low, self.correction_high,
-                                 self.correction_delta, self.correction_kl_max)
-
-
-@dataclass(frozen=True)
-class CorrectionOptions:
-    """The numbers the corrections read (:class:`CorrectionConfig` gives them)."""
-
-    c: float = 2.0
-    low: float = 0.5
-    high: float = 2.0
-    delta: float = 0.2
-    kl_max: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -119,12 +106,12 @@ def _inside(value: torch.Tensor, low: float, high: float) -> torch.Tensor:
     return (value >= low) & (value <= high)
 
 
-def no_correction(x: LossTokens, o: CorrectionOptions) -> Correction:
+def no_correction(x: LossTokens, o: CorrectionConfig) -> Correction:
     """w_t = 1: the samples are treated as the trainer's own (today's behaviour)."""
     return _result(x, torch.ones_like(x.logp))
 
 
-def truncated_is(x: LossTokens, o: CorrectionOptions) -> Correction:
+def truncated_is(x: LossTokens, o: CorrectionConfig) -> Correction:
     """TIS, truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings
     you off-policy RL training", fengyao.notion.site; Ionides 2008):
 
@@ -140,7 +127,7 @@ def _masked_is(x: LossTokens, bounds: tuple[float, float]) -> Correction:
     return _result(x, rho, masked=~_inside(rho, *bounds))
 
 
-def masked_is_token(x: LossTokens, o: CorrectionOptions) -> Correction:
+def masked_is_token(x: LossTokens, o: CorrectionConfig) -> Correction:
     """Token-level masked importance sampling (Liu et al. 2025, "When Speed Kills Stability: Demystifying
     RL Collapse from the Training-Inference Mismatch"; verl's rollout correction):
 
@@ -150,7 +137,7 @@ def masked_is_token(x: LossTokens, o: CorrectionOptions) -> Correction:
     return _masked_is(x, (o.low, o.high))
 
 
-def masked_is_sequence(x: LossTokens, o: CorrectionOptions) -> Correction:
+def masked_is_sequence(x: LossTokens, o: CorrectionConfig) -> Correction:
     """Sequence-level masked importance sampling (Liu et al. 2025, as :func:`masked_is_token`), with the
     sequence's ratio rho_i = prod_t rho_it (the exact importance weight of the whole completion):
 
@@ -160,7 +147,7 @@ def masked_is_sequence(x: LossTokens, o: CorrectionOptions) -> Correction:
     return _result(x, seq_rho, masked=~_inside(seq_rho, o.low, o.high))
 
 
-def masked_is_geometric(x: LossTokens, o: CorrectionOptions) -> Correction:
+def masked_is_geometric(x: LossTokens, o: CorrectionConfig) -> Correction:
     """Masked importance sampling with the mask decided by the geometric mean of the sequence's ratios
     (verl's geometric rejection; length-normalised, so long completions are not masked for their length):
 
@@ -170,17 +157,17 @@ def masked_is_geometric(x: LossTokens, o: CorrectionOptions) -> Correction:
     return _result(x, torch.exp(lr), masked=~_inside(geo, o.low, o.high))
 
 
-def icepop(x: LossTokens, o: CorrectionOptions) -> Correction:
+def icepop(x: LossTokens, o: CorrectionConfig) -> Correction:
     """IcePop (Ring-1T, arXiv 2510.18855): the two-sided mask M(k) = k if alpha <= k <= beta else 0 on
     the training/inference ratio k = rho_t, at the paper's alpha = 0.5, beta = 5 (:data:`ICEPOP_BOUNDS`):
 
         w_t = rho_t * 1[0.5 <= rho_t <= 5]
 
-    It is :func:`masked_is_token` at fixed bounds; ``algo.correction_low/high`` do not move it."""
+    It is :func:`masked_is_token` at fixed bounds; ``algo.correction.low/high`` do not move it."""
     return _masked_is(x, ICEPOP_BOUNDS)
 
 
-def dppo_tv(x: LossTokens, o: CorrectionOptions) -> Correction:
+def dppo_tv(x: LossTokens, o: CorrectionConfig) -> Correction:
     """DPPO's total-variation trust region (arXiv 2602.04879): a token is blocked when the policy has left
     the region |pi_theta(y_t) - mu(y_t)| <= delta AND its update would push it further out; a token that
     left the region but whose gradient brings it back keeps it (as PPO's clip, in probability space):
@@ -196,7 +183,7 @@ def dppo_tv(x: LossTokens, o: CorrectionOptions) -> Correction:
     return _result(x, torch.ones_like(p), masked=leaves)
 
 
-def trust_region_mask(x: LossTokens, o: CorrectionOptions) -> Correction:
+def trust_region_mask(x: LossTokens, o: CorrectionConfig) -> Correction:
     """Trust Region Masking (Li et al., arXiv 2512.23075): drop a whole sequence when its largest token-level
     divergence between the sampler and the trainer exceeds delta. The per-token KL(mu || pi_train) is
     estimated on the sampled token by k3 (Schulman 2020; samples come from mu):
@@ -208,7 +195,7 @@ def trust_region_mask(x: LossTokens, o: CorrectionOptions) -> Correction:
     return _result(x, torch.ones_like(lr), masked=worst > o.kl_max)
 
 
-CORRECTIONS: dict[str, Callable[[LossTokens, CorrectionOptions], Correction]] = {
+CORRECTIONS: dict[str, Callable[[LossTokens, CorrectionConfig], Correction]] = {
     "none": no_correction,
     "tis": truncated_is,
     "mis_token": masked_is_token,
@@ -218,21 +205,22 @@ CORRECTIONS: dict[str, Callable[[LossTokens, CorrectionOptions], Correction]] = 
     "dppo_tv": dppo_tv,
     "trust_region_mask": trust_region_mask,
 }
-"""``algo.correction`` -> ``(LossTokens, CorrectionOptions) -> Correction``."""
+"""``algo.correction.name`` -> ``(LossTokens, CorrectionConfig) -> Correction``."""
 
 
-def apply_correction(name: str, x: LossTokens, options: CorrectionOptions | None = None) -> Correction:
-    """The correction called ``name`` (:data:`CORRECTIONS`)."""
-    if name not in CORRECTIONS:
-        raise ValueError(f"unknown off-policy correction {name!r}; expected one of {', '.join(CORRECTIONS)}")
+def apply_correction(config: CorrectionConfig, x: LossTokens) -> Correction:
+    """The correction ``config.name`` (:data:`CORRECTIONS`) with its options."""
+    if config.name not in CORRECTIONS:
+        raise ValueError(f"unknown off-policy correction {config.name!r}; expected one of {', '.join(CORRECTIONS)}")
     if x.behaviour_logp is None:
-        raise ValueError(f"correction {name!r} needs the sampler's log-probs: build the tokens with behaviour_logp")
-    return CORRECTIONS[name](x, options or CorrectionOptions())
+        raise ValueError(f"correction {config.name!r} needs the sampler's log-probs: build the tokens with "
+                         "behaviour_logp")
+    return CORRECTIONS[config.name](x, config)
 
 
-def correct_tokens(name: str, logp: torch.Tensor, train_logp: torch.Tensor, behaviour_logp: torch.Tensor,
-                   advantages: torch.Tensor, mask: torch.Tensor, options: CorrectionOptions | None = None) -> Correction:
-    """The correction ``name`` of one micro-batch, any loss: multiply each token's policy term by
+def correct_tokens(config: CorrectionConfig, logp: torch.Tensor, train_logp: torch.Tensor,
+                   behaviour_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> Correction:
+    """The correction ``config`` of one micro-batch, any loss: multiply each token's policy term by
     ``.weight``. ``behaviour_logp`` may hold NaN (unknown: :func:`known_behaviour`); padding is ignored.
     ``advantages`` is ``[B]``, ``[B, 1]`` or ``[B, L]``.  # [B, L] each"""
-    return apply_correction(name, loss_tokens(logp, train_logp, advantages, mask, behaviour_logp), options)
+    return apply_correction(config, loss_tokens(logp, train_logp, advantages, mask, behaviour_logp))

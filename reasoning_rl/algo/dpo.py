@@ -26,12 +26,12 @@ import json
 import random
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from reasoning_rl.algo.aggregation import LossNormalizer
-from reasoning_rl.algo.base import AlgoConfig, StepOutput
+from reasoning_rl.algo.base import AlgoConfig, Capabilities, StepOutput
 from reasoning_rl.algo.batch import trained_tokens
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
 from reasoning_rl.algo.likelihood import dpo_coefficients, dpo_loss, dpo_margin, sequence_logprob
@@ -51,6 +51,7 @@ class DPOConfig(AlgoConfig):
     """DPO on (correct, wrong) pairs of the initial policy's samples (``conf/algo/dpo.yaml``)."""
 
     name: str = "dpo"
+    capabilities: ClassVar[Capabilities] = Capabilities(samples_groups=True)
     variant: str = "dpo"
     group_size: int = 8
     """Completions of the initial policy sampled per prompt, from which the pairs are made."""
@@ -68,6 +69,12 @@ class DPOConfig(AlgoConfig):
         if self.pairs_per_prompt < 0:
             out.append(f"algo.pairs_per_prompt must be >= 0, got {self.pairs_per_prompt}")
         return out
+
+    def samples_per_prompt(self) -> int:
+        return self.group_size
+
+    def uses_reference(self) -> bool:
+        return True  # DPO's margin is measured against pi_ref
 
 
 @dataclass
@@ -166,5 +173,3 @@ class DPO(LikelihoodAlgorithm):
         })
         return StepOutput(metrics)
 
-    def samples_per_prompt(self) -> int:
-        return self.cfg.group_size

@@ -14,7 +14,7 @@ log-probability and its advantage, and act on the few tokens where that covarian
 Wang et al. 2025 ("Beyond the 80/20 Rule", arXiv 2506.01939) keep the policy gradient on the
 top 20% highest-entropy tokens ("forking tokens") only.
 
-Each is a function ``(per_token_loss, LossTokens, EntropyControl) -> per_token_loss`` in
+Each is a function ``(per_token_loss, LossTokens, EntropyControlConfig) -> per_token_loss`` in
 :data:`ENTROPY_CONTROLS`, applied to the policy term before the KL is added. The statistics are
 taken over ONE micro-batch's tokens (the paper's implementation does the same on its micro-batch),
 so the selection depends on ``algo.micro_batch_size``; at least one token is selected whenever the
@@ -32,22 +32,38 @@ import torch
 from reasoning_rl.algo.loss_tokens import LossTokens
 
 
-@dataclass(frozen=True)
-class EntropyControl:
-    """The settings of the entropy-control functions (``GRPOConfig`` holds them)."""
+@dataclass
+class EntropyControlConfig:
+    """Which tokens keep the policy gradient, and the options of each rule (``algo.entropy_control``;
+    verl puts these under ``policy_loss``: clip_cov / kl_cov loss modes)."""
 
     name: str = "none"
-    """none, clip_cov, kl_cov or high_entropy (:data:`ENTROPY_CONTROLS`)."""
+    """none, clip_cov, kl_cov (arXiv 2505.22617) or high_entropy (the 80/20 rule, arXiv 2506.01939):
+    :data:`ENTROPY_CONTROLS`."""
     fraction: float = 2e-4
-    """Clip-Cov / KL-Cov: share of the micro-batch's tokens acted on."""
+    """Clip-Cov / KL-Cov: share of a micro-batch's tokens acted on (paper: 2e-4 Clip-Cov, 2e-3 KL-Cov)."""
     cov_low: float = 1.0
-    """Clip-Cov: lower bound of the covariance of a token it may pick."""
+    """Clip-Cov: lowest covariance (log pi_t - mean)(A_t - mean) of a token it may detach."""
     cov_high: float = 5.0
-    """Clip-Cov: upper bound of the covariance of a token it may pick."""
+    """Clip-Cov: highest covariance of a token it may detach."""
     kl_coef: float = 1.0
-    """KL-Cov: weight of |log pi - log pi_old| on the selected tokens."""
-    entropy_top: float = 0.2
-    """80/20 rule: share of tokens (highest entropy first) that keep the policy gradient."""
+    """KL-Cov: weight of |log pi - log pi_old| on its selected tokens."""
+    top_fraction: float = 0.2
+    """80/20 rule: share of a micro-batch's tokens, highest entropy first, that keep the policy gradient."""
+
+    def problems(self, num_iterations: int) -> list[str]:
+        out = []
+        if self.name not in ENTROPY_CONTROLS:
+            out.append(f"algo.entropy_control.name={self.name!r} is unknown; "
+                       f"choose one of {', '.join(ENTROPY_CONTROLS)}")
+        if self.name == "kl_cov" and num_iterations == 1:
+            # With one update per batch pi_old is pi_theta detached: |log pi - log pi_old| is 0 with gradient 0.
+            out.append("algo.entropy_control.name=kl_cov does nothing with algo.num_iterations=1 (its penalty "
+                       "|log pi - log pi_old| is 0 when each batch is used once); set algo.num_iterations=2 or more")
+        if self.cov_low > self.cov_high:
+            out.append(f"algo.entropy_control.cov_low={self.cov_low} is above algo.entropy_control.cov_high="
+                       f"{self.cov_high}: no token could be picked; swap them")
+        return out
 
 
 def token_covariance(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -78,12 +94,12 @@ def _top(scores: torch.Tensor, eligible: torch.Tensor, count: int) -> torch.Tens
     return chosen.view_as(scores)
 
 
-def no_control(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControl) -> torch.Tensor:
+def no_control(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControlConfig) -> torch.Tensor:
     """Every token keeps its policy gradient (GRPO)."""
     return per_token
 
 
-def clip_cov(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControl) -> torch.Tensor:
+def clip_cov(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControlConfig) -> torch.Tensor:
     """Clip-Cov: detach the policy gradient of ``fraction`` of the tokens, drawn uniformly from those
     with cov_low <= Cov_t <= cov_high (torch's global generator, seeded by the run)."""
     cov = token_covariance(ctx.logp, ctx.advantages, ctx.mask)
@@ -93,7 +109,7 @@ def clip_cov(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControl) -> to
     return torch.where(chosen, per_token.detach(), per_token)
 
 
-def kl_cov(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControl) -> torch.Tensor:
+def kl_cov(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControlConfig) -> torch.Tensor:
     """KL-Cov: + kl_coef * |log pi - log pi_old| on the top ``fraction`` of tokens by Cov_t."""
     cov = token_covariance(ctx.logp, ctx.advantages, ctx.mask)
     chosen = _top(cov, ctx.mask.bool(), _count(ec.fraction, ctx.mask))
@@ -101,21 +117,21 @@ def kl_cov(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControl) -> torc
     return torch.where(chosen, per_token + penalty, per_token)
 
 
-def high_entropy_tokens(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControl) -> torch.Tensor:
-    """The 80/20 rule: only the top ``entropy_top`` share of tokens by entropy keep the policy gradient."""
+def high_entropy_tokens(per_token: torch.Tensor, ctx: LossTokens, ec: EntropyControlConfig) -> torch.Tensor:
+    """The 80/20 rule: only the top ``top_fraction`` share of tokens by entropy keep the policy gradient."""
     if ctx.entropy is None:
         raise ValueError("entropy control high_entropy needs the per-token entropy (pass entropy= to grpo_loss)")
-    keep = _top(ctx.entropy.detach(), ctx.mask.bool(), _count(ec.entropy_top, ctx.mask))
+    keep = _top(ctx.entropy.detach(), ctx.mask.bool(), _count(ec.top_fraction, ctx.mask))
     return torch.where(keep, per_token, per_token.detach())
 
 
-ENTROPY_CONTROLS: dict[str, Callable[[torch.Tensor, LossTokens, EntropyControl], torch.Tensor]] = {
+ENTROPY_CONTROLS: dict[str, Callable[[torch.Tensor, LossTokens, EntropyControlConfig], torch.Tensor]] = {
     "none": no_control,
     "clip_cov": clip_cov,
     "kl_cov": kl_cov,
     "high_entropy": high_entropy_tokens,
 }
-"""``algo.entropy_control`` -> ``(per-token policy loss, LossTokens, EntropyControl) -> per-token loss``."""
+"""``algo.entropy_control.name`` -> ``(per-token policy loss, LossTokens, EntropyControlConfig) -> per-token loss``."""
 
 
 def position_deciles(mask: torch.Tensor) -> torch.Tensor:

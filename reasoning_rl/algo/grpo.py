@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from reasoning_rl import distributed
-from reasoning_rl.algo.advantages import advantage_options, compute_advantages, zero_std_fraction
+from reasoning_rl.algo.advantages import zero_std_fraction
 from reasoning_rl.algo.aggregation import LossNormalizer
 from reasoning_rl.algo.base import Algorithm, StepOutput
 from reasoning_rl.algo.batch import (
@@ -38,7 +38,7 @@ from reasoning_rl.algo.batch import (
     step_seed,
     training_rows,
 )
-from reasoning_rl.algo.entropy_control import EntropyControl, position_deciles
+from reasoning_rl.algo.entropy_control import position_deciles
 from reasoning_rl.algo.groups import (
     ScoredGroups,
     completion_rows,
@@ -90,8 +90,8 @@ class GRPO(Algorithm):
         self._notes_logged: set[str] = set()
 
     def setup(self, state: dict[str, Any] | None) -> None:
-        """pi_ref (only when beta > 0), AdamW and the schedule over steps * mu updates."""
-        self.ref_model = frozen_reference(self.ctx) if self.cfg.beta != 0.0 else None
+        """pi_ref (only when kl.beta > 0), AdamW and the schedule over steps * mu updates."""
+        self.ref_model = frozen_reference(self.ctx) if self.cfg.uses_reference() else None
         total = self.ctx.cfg.trainer.steps * self.cfg.num_iterations
         self.optimizer, self.scheduler = build_optimizer(self.ctx.model.parameters(), self.cfg, total)
         self.precision = MixedPrecision(self.ctx.cfg.trainer.precision, self.ctx.device.type)  # trainer.precision
@@ -121,7 +121,8 @@ class GRPO(Algorithm):
                 "precision": self.precision.state_dict()}
 
     def step(self, step: int) -> StepOutput:
-        if self.ref_model is not None and self.cfg.ref_reset_every and step and step % self.cfg.ref_reset_every == 0:
+        every = self.cfg.kl.ref_reset_every
+        if self.ref_model is not None and every and step and step % every == 0:
             reset_reference(self.ctx, self.ref_model)  # iterative GRPO: pi_ref <- pi_theta
         t0 = time.perf_counter()
         ro = self.rollout(step)
@@ -146,17 +147,14 @@ class GRPO(Algorithm):
         seed = step_seed(ctx.cfg.trainer.seed, step)
         _, groups = sample_step(ctx, a.prompts_per_step, a.group_size, seed)
         self.dynamic_stats: dict[str, float] = {}
-        if a.dynamic_sampling:
+        if a.dynamic_sampling.enabled:
             groups = self._dynamic_sampling(groups, seed)
-        # Each estimator takes the settings its signature names (k: pass_at_k only, std: grpo's scale).
-        options = advantage_options(a.advantage, {"eps": a.adv_eps, "std": a.std, "k": a.pass_k,
-                                                  "positive_weight": a.positive_weight})
-        advantages = compute_advantages(groups.rewards, a.advantage, **options).reshape(-1)  # [B*G]
+        advantages = a.advantage(groups.rewards).reshape(-1)  # [B*G]
         return Rollouts.of(groups, advantages)
 
     def _dynamic_sampling(self, first: ScoredGroups, seed: int) -> ScoredGroups:
         """DAPO (arXiv 2503.14476, sec. 3.2): keep only groups whose rewards differ; sample more
-        prompts (at most ``dynamic_sampling_max_rounds`` rounds) until the batch is full. Steps that
+        prompts (at most ``dynamic_sampling.max_rounds`` rounds) until the batch is full. Steps that
         still fall short train on the informative groups they have."""
         a, ctx = self.cfg, self.ctx
         target = len(first.examples)  # prompts_per_step (this rank's share of it when data-parallel)
@@ -165,7 +163,7 @@ class GRPO(Algorithm):
         rounds = 0
         # One decision for all ranks (any rank short -> every rank samples a round), so every
         # rank's prompt sampler advances alike and the collectives stay in step.
-        while rounds < a.dynamic_sampling_max_rounds and distributed.any_rank(len(keep) < target):
+        while rounds < a.dynamic_sampling.max_rounds and distributed.any_rank(len(keep) < target):
             rounds += 1
             _, part = sample_step(ctx, a.prompts_per_step, a.group_size, seed + 7_919 * rounds)
             parts.append(part)
@@ -219,12 +217,11 @@ class GRPO(Algorithm):
         totals = {k: 0.0 for k in ("loss", "policy", "grad_norm")}
         # Token means over the mu updates, the micro-batches and the ranks (summed, divided once).
         token_keys = ("kl/mean", "clip/low_fraction", "clip/high_fraction", "ratio/mean")
-        token_keys += ("clip/dual_fraction",) if a.dual_clip_c else ()
+        token_keys += ("clip/dual_fraction",) if a.policy_loss.dual_clip_c else ()
         stats = TokenStats((*token_keys, "entropy/mean", *DECILE_KEYS))
         # Cov(log pi, A) over the step's tokens = E[log pi * A] - E[log pi] E[A], from three token means.
         cov = TokenStats(("logp", "adv", "logp_adv"))
-        control = EntropyControl(a.entropy_control, a.cov_fraction, a.clip_cov_low, a.clip_cov_high,
-                                 a.kl_cov_coef, a.entropy_top_fraction)
+        loss_groups = a.loss_groups()
         params = list(model.parameters())
         for epoch in range(a.num_iterations):
             t_policy = time.perf_counter()
@@ -240,15 +237,8 @@ class GRPO(Algorithm):
                 old_logp = logp.detach() if old is None else pad_rows(old[s:e], mask.shape[1]).to(ctx.device)
                 ref_logp = None if ref is None else pad_rows(ref[s:e], mask.shape[1]).to(ctx.device)
                 mu_logp = None if behaviour is None else pad_rows(behaviour[s:e], mask.shape[1]).to(ctx.device)
-                out = grpo_loss(logp, old_logp, ref_logp, ro.advantages[s:e].to(ctx.device), mask,
-                                beta=a.beta, eps_low=a.eps_low, eps_high=a.eps_high,
-                                aggregation=a.loss_aggregation, normalizer=norm,
-                                kl_estimator=a.kl_estimator, ratio_level=a.ratio_level,
-                                policy_loss=a.policy_loss, dual_clip_c=a.dual_clip_c,
-                                log_ratio_clamp=a.log_ratio_clamp, kl_clamp=a.kl_clamp,
-                                kl_placement=a.kl_placement, entropy_control=control, entropy=entropy,
-                                behaviour_logp=mu_logp, correction=a.correction,
-                                correction_options=a.correction_options())
+                out = grpo_loss(logp, old_logp, ref_logp, ro.advantages[s:e].to(ctx.device), mask, loss_groups,
+                                normalizer=norm, entropy=entropy, behaviour_logp=mu_logp)
                 if mu_logp is not None and epoch == 0:  # the batch's mismatch, counted once
                     mismatch.add(old_logp, mu_logp, mask, out.correction)
                 self.precision.backward(out.loss)  # micro-batch losses add up to the batch loss: no re-weighting
@@ -282,8 +272,6 @@ class GRPO(Algorithm):
             "time/optimizer": seconds["optimizer"], **self.precision.metrics(), **mismatch.metrics(),
         }
 
-    def samples_per_prompt(self) -> int:
-        return self.cfg.group_size
 
     def next_request(self, step: int, examples: Sequence[Example]) -> Request | None:
         """Step ``step`` samples ``group_size`` completions of each prompt at ``step_seed(seed, step)``

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from reasoning_rl import distributed
 from reasoning_rl.algo.base import AlgoConfig
 from reasoning_rl.policy.precision import MixedPrecision
 
@@ -56,8 +57,6 @@ def clip_and_measure(params: list[torch.nn.Parameter], max_norm: float,
     losses are divided by the global batch's denominators (``LossNormalizer.for_batch``), so
     the sum is the single-process gradient, and every rank then measures, clips and steps on
     the same numbers. Call it once per optimiser step on every rank."""
-    from reasoning_rl import distributed
-
     params = list(params)
     distributed.all_reduce_gradients(params)
     if unscale is not None:

@@ -45,7 +45,7 @@ import torch
 
 from reasoning_rl import distributed
 from reasoning_rl.algo.aggregation import LossNormalizer, aggregate, masked_fill_padding, masked_sum
-from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
+from reasoning_rl.algo.base import Algorithm, Capabilities, ClippedPolicyConfig, StepOutput
 from reasoning_rl.algo.batch import TrainingRows, sample_step, sampled_support, step_seed, training_rows
 from reasoning_rl.algo.corrections import correct_tokens
 from reasoning_rl.algo.gae import (
@@ -56,15 +56,10 @@ from reasoning_rl.algo.gae import (
     whiten,
 )
 from reasoning_rl.algo.groups import ScoredGroups, completion_rows, rollout_metrics
-from reasoning_rl.algo.losses import (
-    clipped_surrogate,
-    clipped_tokens,
-    kl_k1,
-    kl_k3,
-    policy_ratio,
-)
+from reasoning_rl.algo.losses import kl_k1, kl_k3
 from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics
 from reasoning_rl.algo.optim import build_optimizer, clip_and_measure
+from reasoning_rl.algo.policy_objectives import clipped_surrogate, clipped_tokens, policy_ratio
 from reasoning_rl.algo.reference import frozen_reference
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
@@ -90,14 +85,14 @@ class PPOConfig(ClippedPolicyConfig):
     """PPO with a critic (``conf/algo/ppo.yaml``)."""
 
     name: str = "ppo"
-    supports_async_rollouts: ClassVar[bool] = True
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        samples_groups=True, async_rollouts=True,
+        fsdp_blocker="its critic (a second trained model with its own optimiser) is not sharded yet")
     variant: str = "ppo"
     prompts_per_step: int = 64
     """Distinct prompts per optimisation step (64 x 1 sample: the completions of GRPO's 8 x 8)."""
     group_size: int = 1
     """Completions sampled per prompt (1 in the paper's PPO; each is its own episode)."""
-    beta: float = 0.04
-    """Weight of the per-token KL penalty -beta * (log pi_old - log pi_ref) in the reward; 0 = no reference model."""
     gamma: float = 1.0
     """Discount over completion tokens (1 = the verifier's reward counts fully at every token)."""
     lam: float = 0.95
@@ -119,8 +114,6 @@ class PPOConfig(ClippedPolicyConfig):
         out = super().problems()
         if self.group_size < 1:
             out.append(f"algo.group_size must be >= 1, got {self.group_size}")
-        if self.beta < 0:
-            out.append(f"algo.beta must be >= 0, got {self.beta}")
         if not (0 <= self.gamma <= 1) or not (0 <= self.lam <= 1):
             out.append(f"need 0 <= algo.gamma <= 1 and 0 <= algo.lam <= 1, got {self.gamma}, {self.lam}")
         if self.value_clip <= 0:
@@ -132,10 +125,6 @@ class PPOConfig(ClippedPolicyConfig):
         if self.critic_learning_rate is not None and self.critic_learning_rate < 0:
             out.append(f"algo.critic_learning_rate must be >= 0, got {self.critic_learning_rate}")
         return out
-
-    def fsdp_problems(self) -> list[str]:
-        return ["trainer.fsdp=true does not support algo.name='ppo': its critic (a second trained model with its "
-                "own optimiser) is not sharded yet; drop trainer.fsdp for the replicated data-parallel run"]
 
 
 class ValueModel(torch.nn.Module):
@@ -239,7 +228,7 @@ class PPO(Algorithm):
     def setup(self, state: dict[str, Any] | None) -> None:
         """pi_ref (only when beta > 0), the critic, and AdamW + schedule for policy and critic."""
         a, ctx = self.cfg, self.ctx
-        self.ref_model = frozen_reference(ctx) if a.beta != 0.0 else None
+        self.ref_model = frozen_reference(ctx) if a.uses_reference() else None
         self.critic = build_critic(ctx.model, a.critic)
         total = ctx.cfg.trainer.steps * a.num_iterations
         self.optimizer, self.scheduler = build_optimizer(ctx.model.parameters(), a, total)
@@ -309,7 +298,7 @@ class PPO(Algorithm):
         value_mask = mask * scorable.unsqueeze(-1)  # [N, L]
         # An unscorable completion's score is read as 0 here only so the arithmetic stays finite:
         # its advantages are zeroed below and its returns are left out of the value loss.
-        rewards = kl_penalized_rewards(old_logp, ref_logp, torch.nan_to_num(scores, nan=0.0), mask, a.beta)  # [N, L]
+        rewards = kl_penalized_rewards(old_logp, ref_logp, torch.nan_to_num(scores, nan=0.0), mask, a.kl.beta)  # [N, L]
         advantages, returns = gae_advantages(rewards, old_values, mask, a.gamma, a.lam)  # [N, L] each
         if a.whiten_advantages:
             advantages = whiten(advantages, value_mask, sum_over_shards=distributed.sum_floats)  # global batch
@@ -364,10 +353,10 @@ class PPO(Algorithm):
                 # losses.clipped_surrogate takes one advantage per row; PPO's are per token, so
                 # each token goes in as a row of its own.
                 surrogate = clipped_surrogate(ratio.reshape(-1, 1), adv.reshape(-1),
-                                              a.eps_low, a.eps_high).view_as(ratio)  # [b, L]
+                                              a.policy_loss.eps_low, a.policy_loss.eps_high).view_as(ratio)  # [b, L]
                 if behaviour is not None:  # decoupled off-policy correction: w(pi_old / mu) (algo.correction)
                     mu_logp = pad_rows(behaviour[s:e], width).to(device)  # [b, L]
-                    corr = correct_tokens(a.correction, logp, old_logp, mu_logp, adv, mask, a.correction_options())
+                    corr = correct_tokens(a.correction, logp, old_logp, mu_logp, adv, mask)
                     surrogate = surrogate * corr.weight
                     if epoch == 0:
                         mismatch.add(old_logp, mu_logp, mask, corr)
@@ -377,7 +366,7 @@ class PPO(Algorithm):
                 value_loss = aggregate(a.loss_aggregation, value_loss_tokens, value_mask, value_norm)
                 loss = policy_loss + a.vf_coef * value_loss
                 loss.backward()  # micro-batch losses add up to the batch loss: no re-weighting
-                clip_low, clip_high = clipped_tokens(ratio, adv, a.eps_low, a.eps_high)  # [b, L] each
+                clip_low, clip_high = clipped_tokens(ratio, adv, a.policy_loss.eps_low, a.policy_loss.eps_high)  # [b, L] each
                 stats.add("clip/low_fraction", clip_low, mask)
                 stats.add("clip/high_fraction", clip_high, mask)
                 stats.add("clip/value_fraction", value_clipped, value_mask)
@@ -401,8 +390,6 @@ class PPO(Algorithm):
             **mismatch.metrics(),
         }
 
-    def samples_per_prompt(self) -> int:
-        return self.cfg.group_size
 
     def next_request(self, step: int, examples: Sequence[Example]) -> Request | None:
         """Step ``step`` samples ``group_size`` completions of each prompt at ``step_seed(seed, step)``

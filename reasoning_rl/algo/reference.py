@@ -26,7 +26,7 @@ def frozen_reference(ctx: RunContext) -> Any:
     if ctx.resumed:
         if not (ref_dir / "config.json").exists():
             raise FileNotFoundError(f"cannot resume with a KL term: the reference policy {ref_dir} is missing; "
-                                    "start a new run folder or set algo.beta=0")
+                                    "start a new run folder or set algo.kl.beta=0")
         ref, _ = load_pretrained(str(ref_dir), device=ctx.cfg.model.device,
                                  dtype=ctx.cfg.model.reference_dtype or ctx.cfg.model.dtype)
         set_chunk(ref, chunk_of(ctx.model))  # the policy's LM-head chunk, as the deep copy of a fresh run has

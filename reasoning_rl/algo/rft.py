@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from reasoning_rl.algo.base import AlgoConfig, StepOutput
+from reasoning_rl.algo.base import AlgoConfig, Capabilities, StepOutput
 from reasoning_rl.algo.batch import sample_step, step_seed, trained_tokens
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
 from reasoning_rl.algo.groups import completion_rows, rollout_metrics
@@ -43,6 +43,7 @@ class RFTConfig(AlgoConfig):
     """RFT and Online RFT (``conf/algo/rft.yaml``, ``conf/algo/online_rft.yaml``)."""
 
     name: str = "rft"
+    capabilities: ClassVar[Capabilities] = Capabilities(samples_groups=True)
     variant: str = "rft"
     group_size: int = 8
     """k: completions sampled per prompt."""
@@ -56,6 +57,9 @@ class RFTConfig(AlgoConfig):
         if self.samples_from not in SAMPLE_SOURCES:
             out.append(f"algo.samples_from={self.samples_from!r} is unknown; choose one of {', '.join(SAMPLE_SOURCES)}")
         return out
+
+    def samples_per_prompt(self) -> int:
+        return self.group_size
 
 
 def offline_metrics(slot: list[Group]) -> dict[str, float]:
@@ -109,5 +113,3 @@ class RFT(LikelihoodAlgorithm):
         metrics.update({"rft/accepted_fraction": float(coefficients.mean()), "time/rollout": t1 - t0})
         return StepOutput(metrics, rows)
 
-    def samples_per_prompt(self) -> int:
-        return self.cfg.group_size

@@ -22,7 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from reasoning_rl import distributed
+from reasoning_rl.algo.advantages import zero_std_fraction
+from reasoning_rl.algo.batch import step_seed
+from reasoning_rl.algo.groups import rollout_metrics, sample_and_score
 from reasoning_rl.health.rules import RULES
+from reasoning_rl.run_folder.status import update_status
 
 log = logging.getLogger("reasoning_rl.health")
 
@@ -37,17 +42,13 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
 def first_batch_metrics(ctx: Any, cfg: Any) -> dict[str, float]:
     """Step 1's batch, sampled and scored with every RNG state restored afterwards: its rollout metrics,
     ``groups/zero_std_fraction`` and ``prompt/length_max`` (tokens)."""
-    from reasoning_rl.algo.advantages import zero_std_fraction
-    from reasoning_rl.algo.batch import step_seed
-    from reasoning_rl.algo.groups import rollout_metrics, sample_and_score
-
     indices = ctx.sampler.upcoming(cfg.algo.prompts_per_step, 1)[0]
     examples = [ctx.train_examples[i] for i in indices]
     quiet = dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, audit=type(cfg.task.audit)()))
     states = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
               random.getstate(), np.random.get_state())
     try:
-        ro = sample_and_score(dataclasses.replace(ctx, cfg=quiet), examples, cfg.algo.group_size,
+        ro = sample_and_score(dataclasses.replace(ctx, cfg=quiet), examples, cfg.algo.samples_per_prompt(),
                               seed=step_seed(cfg.trainer.seed, 0))
     finally:
         torch.set_rng_state(states[0])
@@ -85,8 +86,6 @@ def preflight_warnings(metrics: dict[str, float], max_new_tokens: int, context: 
 
 def run_preflight(ctx: Any, cfg: Any, run_dir: Path) -> list[dict[str, Any]]:
     """Sample and read the first batch; log, write and record what it finds. Returns the warning rows."""
-    from reasoning_rl.run_folder.status import update_status
-
     metrics = first_batch_metrics(ctx, cfg)
     context = getattr(getattr(ctx.model, "config", None), "max_position_embeddings", None)
     rows = preflight_warnings(metrics, cfg.rollout.max_new_tokens, context)
@@ -100,7 +99,5 @@ def run_preflight(ctx: Any, cfg: Any, run_dir: Path) -> list[dict[str, Any]]:
 
 
 def should_run(cfg: Any, ctx: Any, resume_step: int | None) -> bool:
-    from reasoning_rl import distributed
-
     return (cfg.trainer.health.enabled and cfg.trainer.health.preflight and not resume_step and ctx is not None
-            and hasattr(cfg.algo, "group_size") and cfg.rollout.max_staleness == 0 and distributed.world_size() == 1)
+            and cfg.algo.capabilities.samples_groups and cfg.rollout.max_staleness == 0 and distributed.world_size() == 1)

@@ -121,19 +121,19 @@ RULES: tuple[Rule, ...] = (
          "task.prompt_template's answer format and rollout.reward_timeout"),
     Rule("entropy_collapse", ("entropy/mean",), "falls", 0.1, 10,
          "the policy's entropy fell below 10% of its start: it samples one answer and stops exploring; raise "
-         "rollout.temperature, try algo.entropy_control=clip_cov or lower algo.learning_rate"),
+         "rollout.temperature, try algo.entropy_control.name=clip_cov or lower algo.learning_rate"),
     Rule("entropy_explosion", ("entropy/mean",), "grows", 5.0, 10,
          "the policy's entropy grew over 5x its start: its samples are drifting to noise; lower "
-         "algo.learning_rate or raise algo.beta"),
+         "algo.learning_rate or raise algo.kl.beta"),
     Rule("kl_runaway", ("kl/mean",), "above", 5.0, 10,
          "the KL to the reference averages over 5 nats per token: the policy has left the reference; raise "
-         "algo.beta or lower algo.learning_rate"),
+         "algo.kl.beta or lower algo.learning_rate"),
     Rule("mismatch_rising", ("mismatch/kl_k3", "rollout/logprob_mismatch_mean"), "above", 0.05, 10,
          "the sampler's and the trainer's log-probs disagree (KL over 0.05 per token): the update is off-policy; "
          "check the rollout's precision, rollout.max_staleness and rollout.inject (docs/offpolicy.md)"),
     Rule("clip_saturated", ("clip/low_fraction", "clip/high_fraction"), "above", 0.5, 10,
          "over half the tokens are clipped: the policy moves too far per update; lower algo.learning_rate "
-         "or algo.num_iterations, or tighten algo.eps_low/eps_high only on purpose"),
+         "or algo.num_iterations, or tighten algo.policy_loss.eps_low/eps_high only on purpose"),
     Rule("grad_spike", ("grad/norm",), "spike", 20.0, 20,
          "the gradient norm jumped over 20x its recent median: one batch dominated the update; check "
          "that step's completions in completions.jsonl; algo.max_grad_norm bounds the update"),

@@ -169,22 +169,11 @@ class AdapterDisabled:
 
 
 def lora_problems(cfg: Any) -> list[str]:
-    """What ``model.lora.r > 0`` cannot run with, one line each (a ``TrainConfig``; config validation)."""
-    if cfg.model.lora.r <= 0:
-        return []
-    out = []
-    if not cfg.algo.supports_lora:
-        out.append(f"model.lora.r > 0 is not built into algo.name={cfg.algo.name!r} (the grpo module and its variants "
-                   "have it); set model.lora.r=0")
-    if cfg.trainer.fsdp:
-        out.append("model.lora.r > 0 with trainer.fsdp=true is not supported (an adapter trains a small share of "
-                   "the model: replicate it instead); drop trainer.fsdp")
-    if getattr(cfg.algo, "ref_reset_every", 0):
-        out.append("model.lora.r > 0 with algo.ref_reset_every > 0 is not supported (the reference is the base "
-                   "with the adapter off; resetting it would mean merging the adapter); set algo.ref_reset_every=0")
-    if not cfg.model.lora.target_modules:
-        out.append("model.lora.target_modules is empty; name the linear layers to adapt (e.g. [q_proj, v_proj])")
-    return out
+    """What is wrong with ``model.lora`` itself (a ``TrainConfig``; config validation); what it cannot run
+    with is in reasoning_rl.compat."""
+    if cfg.model.lora.r > 0 and not cfg.model.lora.target_modules:
+        return ["model.lora.target_modules is empty; name the linear layers to adapt (e.g. [q_proj, v_proj])"]
+    return []
 
 
 # -- merged weights --------------------------------------------------------------------------------------

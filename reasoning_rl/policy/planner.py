@@ -18,7 +18,8 @@ CPU, glibc's malloc keeps freed blocks resident (docs/models.md, "Measured: one 
 micro-batch"), so the measured RSS exceeds it unless large blocks are returned
 (docs/memory.md has the measurements).
 
-Modelled: the GRPO family (group_size, beta, num_iterations), the lean training forward of Llama /
+Modelled: the GRPO family (what the algorithm says of its settings: AlgoConfig.samples_per_prompt,
+uses_reference, keeps_old_logprobs; the Workload of reasoning_rl.policy.workload), the lean training forward of Llama /
 Qwen2 models and transformers' forward of the others, fp32 / bf16 storage, gradient checkpointing,
 the chunked LM head (on both runtimes). LoRA and mixed
 precision are read from ``model.lora`` / ``trainer.precision`` when the config has them. Not
@@ -32,9 +33,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from reasoning_rl.policy.hf_forward import HEAD_CLASSES
+import torch
+
 from reasoning_rl.policy.precision import storage_rounding_warning
 from reasoning_rl.policy.shapes import ModelShape, model_shape, shape_of
+from reasoning_rl.policy.workload import Workload, workload_of
 
 log = logging.getLogger(__name__)
 
@@ -52,39 +55,6 @@ FULL_LOGITS_COPIES = 4
 """``lm_head_chunk=0``: ``[B, c, V]`` float copies at the forward peak: the logits (kept for
 backward), and under no_grad for the entropy: softmax, its product with the logits, the masked
 result (reasoning_rl.policy.logprobs.entropy_from_logits)."""
-
-
-@dataclass(frozen=True)
-class Workload:
-    """The settings of a run the planner reads (from a TrainConfig, :func:`workload_of`)."""
-
-    group_size: int
-    prompts_per_step: int
-    micro_batch_rows: int
-    prompt_tokens: int
-    completion_tokens: int
-    reference: bool
-    checkpointing: bool
-    lm_head_chunk: int
-    weight_bytes: int
-    activation_bytes: int
-    rollout_backend: str
-    rollout_batch: int
-    lora_rank: int = 0
-    lora_targets: tuple[str, ...] = ()
-    pi_old: bool = False
-    reference_weight_bytes: int = 0
-    """Bytes per parameter of pi_ref (``model.reference_dtype``); 0 = as the policy's weights."""
-    runtime: str = "lean"
-    """lean (reasoning_rl.policy.lean) or hf (transformers' modules)."""
-    hf_head_chunkable: bool = False
-    """On the hf runtime, whether the chunked LM head applies to this model class
-    (reasoning_rl.policy.hf_forward.HEAD_CLASSES, an LM head that is not a LoRA target); else full logits."""
-
-    @property
-    def chunked_head(self) -> bool:
-        """Whether the training log-probs apply the LM head a chunk at a time (reasoning_rl.policy.logprobs)."""
-        return bool(self.lm_head_chunk) and (self.runtime == "lean" or self.hf_head_chunkable)
 
 
 @dataclass
@@ -303,58 +273,9 @@ def peak(m: ModelShape, w: Workload, base: int, rows: int, cpu: bool) -> tuple[d
     return components, fixed + phases[phase], phase
 
 
-def _lora(cfg: Any) -> tuple[int, tuple[str, ...]]:
-    lora = getattr(cfg.model, "lora", None)
-    rank = int(getattr(lora, "r", 0) or 0) if lora is not None else 0
-    targets = tuple(getattr(lora, "target_modules", None) or ("q_proj", "k_proj", "v_proj", "o_proj",
-                                                             "gate_proj", "up_proj", "down_proj"))
-    return rank, targets
-
-
-def runtime_of_plan(cfg: Any, m: ModelShape, cpu: bool, lora: bool) -> str:
-    """What ``model.runtime`` will resolve to (reasoning_rl.policy.runtime.decide_runtime), from the
-    config: ``lean`` as asked; ``auto`` -> lean on a CPU for a Llama / Qwen2 model without an
-    adapter, else hf."""
-    requested = str(getattr(cfg.model, "runtime", "auto"))
-    if requested == "lean":
-        return "lean"
-    lean_family = m.architecture in ("LlamaForCausalLM", "Qwen2ForCausalLM") and not lora
-    return "lean" if requested == "auto" and cpu and lean_family else "hf"
-
-
-def workload_of(cfg: Any, m: ModelShape, prompt_tokens: int, cpu: bool = True) -> Workload:
-    """The planner's view of a TrainConfig. Precision: ``model.dtype`` is the storage dtype of
-    weights, gradients and optimiser states; ``trainer.precision`` (bf16 / fp16 compute with fp32
-    master weights, when the config has it) makes weights 4 bytes and activations 2."""
-    from reasoning_rl.policy.lm_head import resolve_chunk
-    from reasoning_rl.policy.loading import resolve_dtype
-
-    a = cfg.algo
-    g = max(1, int(getattr(a, "group_size", 1)))
-    rows = a.micro_batch_size  # any row count, not rounded to whole groups (reasoning_rl.algo.batch.micro_batching)
-    total = g * a.prompts_per_step
-    storage = resolve_dtype(cfg.model.dtype).itemsize
-    precision = str(getattr(cfg.trainer, "precision", "fp32") or "fp32")
-    weight, act = (4, 2) if precision in ("bf16", "fp16", "bfloat16", "float16") else (storage, storage)
-    rank, targets = _lora(cfg)
-    ref_dtype = getattr(cfg.model, "reference_dtype", None)
-    return Workload(
-        group_size=g, prompts_per_step=a.prompts_per_step, micro_batch_rows=min(rows, total),
-        prompt_tokens=prompt_tokens, completion_tokens=cfg.rollout.max_new_tokens,
-        reference=float(getattr(a, "beta", 0.0)) != 0.0, checkpointing=cfg.model.gradient_checkpointing,
-        lm_head_chunk=resolve_chunk(cfg.model.lm_head_chunk, m.vocab), weight_bytes=weight, activation_bytes=act,
-        rollout_backend=cfg.rollout.backend, rollout_batch=min(cfg.rollout.batch_size, total),
-        lora_rank=rank, lora_targets=targets, pi_old=int(getattr(a, "num_iterations", 1)) > 1,
-        runtime=runtime_of_plan(cfg, m, cpu, rank > 0),
-        hf_head_chunkable=m.architecture in HEAD_CLASSES and not (rank and "lm_head" in targets),
-        reference_weight_bytes=resolve_dtype(ref_dtype).itemsize if ref_dtype else 0)
-
-
 def device_memory(cfg: Any, device_gb: float | None) -> tuple[str, int, bool]:
     """(name, bytes, is CPU) of the run's device: ``device_gb`` when given (a GPU of that size),
     else the CUDA device's total memory, else the machine's RAM."""
-    import torch
-
     if device_gb is not None:
         return f"device (--device-gb {device_gb:g})", int(device_gb * GB), False
     dev = cfg.model.device
@@ -382,7 +303,7 @@ def estimate(cfg: Any, device_gb: float | None = None, prompt_tokens: int = 256,
     if reserved:
         components["vLLM's share (rollout.vllm_gpu_memory_utilization)"] = reserved
         total += reserved
-    step = w.group_size if getattr(cfg.algo, "shared_prompt_forward", False) and w.group_size > 1 else 1
+    step = w.group_size if cfg.algo.shares_prompt_forward() and w.group_size > 1 else 1
     largest = max((rows for rows in range(step, w.group_size * w.prompts_per_step + 1, step)
                    if peak(m, w, base, rows, cpu)[1] + reserved <= capacity), default=0)
     if cfg.algo.name != "grpo":
@@ -396,7 +317,7 @@ def log_plan(cfg: Any, model: Any, tokenizer: Any, prompts: list[str]) -> Plan:
     (CUDA memory, or the RAM on a CPU), and one when the trained weights are stored in a precision that
     rounds the updates away (reasoning_rl.policy.precision.storage_rounding_warning)."""
     rounding = storage_rounding_warning(str(cfg.model.dtype), str(getattr(cfg.trainer, "precision", "fp32")),
-                                        float(getattr(cfg.algo, "learning_rate", 0.0)))
+                                        float(cfg.algo.learning_rate))
     if rounding is not None and not (getattr(cfg.model, "lora", None) and cfg.model.lora.r):
         log.warning(rounding)
     sample = prompts[:PROMPT_SAMPLE]

@@ -13,7 +13,7 @@ Training", arXiv 1710.03740):
 
 - the parameters ("master weights") and AdamW's moments: autocast casts a bfloat16/float16 copy
   of each weight for each matmul, the parameters themselves are never cast; ``model.dtype`` must
-  therefore be float32 for bf16/fp16 (:func:`precision_problems`);
+  therefore be float32 for bf16/fp16 (a rule of ``reasoning_rl.compat``);
 - the LM head's logsumexp: ``reasoning_rl.policy.lm_head`` upcasts each chunk's logits, and the
   full-logits path of ``reasoning_rl.policy.logprobs`` upcasts its logits ("fp32 LM head");
 - the loss and its terms (computed from those float32 log-probs, outside autocast).
@@ -46,22 +46,11 @@ def compute_dtype(precision: str) -> torch.dtype | None:
     return PRECISIONS[precision]
 
 
-def precision_problems(precision: str, model_dtype: str, algo: Any) -> list[str]:
-    """What ``trainer.precision`` cannot run with, one line each (config validation); ``algo`` is the
-    algorithm's config, which says whether its update supports mixed precision."""
+def precision_problems(precision: str) -> list[str]:
+    """An unknown ``trainer.precision`` (config validation); what it cannot run with is in reasoning_rl.compat."""
     if precision not in PRECISIONS:
         return [f"trainer.precision={precision!r} is unknown; choose one of {', '.join(PRECISIONS)}"]
-    if precision == "fp32":
-        return []
-    out = []
-    if model_dtype not in ("float32", "fp32"):
-        out.append(f"trainer.precision={precision} keeps float32 master weights, so model.dtype must be float32, "
-                   f"not {model_dtype}; set model.dtype=float32 (or trainer.precision=fp32 to train in "
-                   f"{model_dtype} itself)")
-    if not algo.supports_mixed_precision:
-        out.append(f"trainer.precision={precision} is not built into algo.name={algo.name!r} (the grpo module and its "
-                   "variants have it); set trainer.precision=fp32")
-    return out
+    return []
 
 
 STORAGE_STEP = {"bfloat16": 2.0 ** -8, "bf16": 2.0 ** -8, "float16": 2.0 ** -11, "fp16": 2.0 ** -11}

@@ -1,7 +1,7 @@
 """``reasoning-rl-report <sweep folder>``: every run of a sweep in one table, plus plots.
 
     reasoning-rl-report sweeps/arithmetic_tiny_sweep
-    reasoning-rl-report multirun/arithmetic/2026-12-03_14-00-00 --x algo.beta --series algo.group_size
+    reasoning-rl-report multirun/arithmetic/2026-12-03_14-00-00 --x algo.kl.beta --series algo.group_size
 
 A run is any folder under the sweep holding a ``config.yaml`` written by
 ``reasoning-rl-train``. Each gets a row: its setting (the sweep overrides, seed left out),
@@ -20,13 +20,13 @@ after training by default) over its seeds with a 95% bootstrap interval, the col
 difference of each setting to it on the same seeds. When the runs logged the ``mismatch/*`` metrics (an
 off-policy sampler: docs/offpolicy.md), their means per setting too:
 
-    reasoning-rl-report sweeps/offpolicy_lab --baseline "algo.correction=none,rollout_inject=none"
+    reasoning-rl-report sweeps/offpolicy_lab --baseline "algo.correction.name=none,rollout_inject=none"
 
 Written to ``<sweep>/report/``: ``report.md`` (the table), ``runs.json`` and ``runs.csv``
 (one record per run), ``reward_curves.png`` (training reward against step, one line per
 setting, averaged over seeds) and ``accuracy_vs_<x>.png`` (held-out greedy accuracy after
 training against ``--x``, one line per value of ``--series``; by default the swept
-``algo.beta`` and ``algo.group_size``).
+``algo.kl.beta`` and ``algo.group_size``).
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def write_report(sweep_dir: str | Path, x: str | None = None, series: str | None
     if k_plot is not None:
         atomic_write_bytes(out / "pass_maj_at_k.png", k_plot)
         written["pass_maj_plot"] = str(out / "pass_maj_at_k.png")
-    x = x or ("algo.beta" if _swept(runs, "algo.beta") else None)
+    x = x or ("algo.kl.beta" if _swept(runs, "algo.kl.beta") else None)
     if series is None and _swept(runs, "algo.group_size") and x != "algo.group_size":
         series = "algo.group_size"
     if x is not None:
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="reasoning-rl-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", help="a sweep folder (hydra.sweep.dir) or any folder holding run folders")
-    parser.add_argument("--x", help="config key on the accuracy plot's x axis (default: algo.beta when swept)")
+    parser.add_argument("--x", help="config key on the accuracy plot's x axis (default: algo.kl.beta when swept)")
     parser.add_argument("--series", help="config key with one line per value (default: algo.group_size when swept)")
     parser.add_argument("--out", help="where to write the report (default: <sweep_dir>/report)")
     parser.add_argument("--baseline", help="a setting (its folder name) to compare every other with, paired by seed")

@@ -72,7 +72,7 @@ class RunRecord:
     health: str | None = None
     """What the health rules said (reasoning_rl.health.summary): ``ok``, the rules fired, the preflight's findings."""
     values: dict[str, Any] = field(default_factory=dict)
-    """Every config value, dotted (``algo.beta``), for plotting against."""
+    """Every config value, dotted (``algo.kl.beta``), for plotting against."""
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:

@@ -52,9 +52,9 @@ class InjectConfig:
     def active(self) -> bool:
         return bool(self.stale or self.precision or self.noise or self.temperature_skew != 1.0)
 
-    def problems(self, backend: str, fsdp: bool = False) -> list[str]:
-        """What cannot run (the numeric ranges are in reasoning_rl.config_checks). ``fsdp`` is not read
-        here: which features cannot run with ``trainer.fsdp`` is the compatibility table's to say."""
+    def problems(self, backend: str) -> list[str]:
+        """What cannot run (the numeric ranges are in reasoning_rl.config_checks; what cannot run together
+        with injection, in the compatibility table, reasoning_rl.compat)."""
         out = []
         if self.precision is not None and self.precision not in INJECT_PRECISIONS:
             out.append(f"rollout.inject.precision={self.precision!r} is unknown; choose one of "

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from reasoning_rl.config_renames import upgrade_saved_config
 from reasoning_rl.errors import UserError
 from reasoning_rl.run_folder.checkpoint import latest_checkpoint
 from reasoning_rl.run_folder.status import config_differences, read_status
@@ -117,7 +118,9 @@ def prepare_run_folder(run_dir: Path, resolved: dict, train_cfg: TrainConfig) ->
     held = holds_a_run(run_dir, status)
     resume = train_cfg.trainer.resume
     if held and old_config.exists() and resume is not False:
-        differ = config_differences(yaml.safe_load(old_config.read_text()) or {}, resolved)
+        # a folder written before the algo settings were grouped names them by their old keys
+        saved = upgrade_saved_config(yaml.safe_load(old_config.read_text()) or {}, train_cfg.algo)
+        differ = config_differences(saved, resolved)
         if differ:
             raise RunFolderConflict(
                 f"{run_dir} already holds a run with other settings (they differ at {', '.join(differ[:6])}): "

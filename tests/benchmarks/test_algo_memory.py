@@ -19,7 +19,7 @@ def test_every_algorithm_samples_the_same_completions_per_step_on_the_same_model
     for name, cfg in cfgs.items():
         assert cfg.algo.prompts_per_step * cfg.algo.group_size == 16, name
         assert cfg.model.tiny.hidden_size == 768 and cfg.model.tiny.num_layers == 12
-        assert cfg.algo.beta == 0.04 and not cfg.warmstart.enabled and not cfg.evaluation.enabled
+        assert cfg.algo.kl.beta == 0.04 and not cfg.warmstart.enabled and not cfg.evaluation.enabled
     assert cfgs["grpo"].algo.group_size == 8 and cfgs["ppo"].algo.group_size == 1
     assert cfgs["ppo"].algo.critic == "separate" and cfgs["ppo_value_head"].algo.critic == "value_head"
 

@@ -71,7 +71,7 @@ def config(run_dir: str, steps: int, resume: bool) -> TrainConfig:
     cfg.algo.group_size = 4
     cfg.algo.micro_batch_size = 3  # uneven accumulation on each rank
     cfg.algo.learning_rate = 1e-3
-    cfg.algo.beta = 0.04  # a reference model, and a KL gradient from step 2 on
+    cfg.algo.kl.beta = 0.04  # a reference model, and a KL gradient from step 2 on
     cfg.algo.loss_aggregation = "token_mean"  # the global token count is the denominator
     cfg.algo.max_grad_norm = 0.05  # clipping on the global norm is active
     cfg.rollout.max_new_tokens = 5

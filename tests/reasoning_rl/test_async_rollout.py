@@ -81,7 +81,7 @@ def test_settings_it_cannot_run_are_refused_in_one_message():
         (lambda c: setattr(c.rollout, "backend", "vllm"), "rollout.backend=hf or native"),
         (lambda c: setattr(c.rollout.inject, "stale", 1), "rollout.inject.stale=k is the synchronous equivalent"),
         (lambda c: setattr(c.trainer, "fsdp", True), "trainer.fsdp=true is not supported"),
-        (lambda c: setattr(c.algo, "dynamic_sampling", True), "algo.dynamic_sampling=true"),
+        (lambda c: setattr(c.algo.dynamic_sampling, "enabled", True), "algo.dynamic_sampling.enabled=true"),
         (lambda c: setattr(c.task, "env", "python_tool"), "task.env='python_tool' is not supported"),
     ]:
         cfg = tiny_config()
@@ -164,8 +164,8 @@ def test_which_reference_the_generator_computes_is_one_rule():
     cfg.rollout.max_staleness = 1
     assert reference_refusal(cfg) is None  # tiny_config: GRPO, beta 0.04
     for change, expected in [
-        (lambda c: setattr(c.algo, "beta", 0.0), "algo.beta=0"),
-        (lambda c: setattr(c.algo, "ref_reset_every", 2), "algo.ref_reset_every=2"),
+        (lambda c: setattr(c.algo.kl, "beta", 0.0), "algo.kl.beta=0"),
+        (lambda c: setattr(c.algo.kl, "ref_reset_every", 2), "algo.kl.ref_reset_every > 0"),
         (lambda c: setattr(c.model.lora, "r", 8), "model.lora.r > 0"),
     ]:
         cfg = tiny_config()
@@ -175,12 +175,12 @@ def test_which_reference_the_generator_computes_is_one_rule():
 
 
 def test_a_reference_reset_keeps_the_reference_forward_in_the_update(tmp_path):
-    """algo.ref_reset_every=2: the generator does not compute the reference log-probs (pi_ref becomes the
+    """algo.kl.ref_reset_every=2: the generator does not compute the reference log-probs (pi_ref becomes the
     policy of step 2, which it samples ahead of), and the run still matches rollout.inject.stale=1."""
     runs = {}
     for name in ("async", "stale"):
         cfg = _learning_config(steps=3)
-        cfg.algo.ref_reset_every = 2
+        cfg.algo.kl.ref_reset_every = 2
         cfg.trainer.save_every = 0
         cfg.evaluation.enabled = False
         _one_version_behind(cfg, name)

@@ -1,5 +1,6 @@
 """The Hydra app: every shipped config composes, overrides are typed, --multirun sweeps."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -35,9 +36,9 @@ def test_every_shipped_config_composes_and_validates(group, name):
 
 def test_variant_presets():
     dapo = to_train_config(_compose(["algo=dapo"])).algo
-    assert (dapo.beta, dapo.eps_high, dapo.loss_aggregation) == (0.0, 0.28, "token_mean")
+    assert (dapo.kl.beta, dapo.policy_loss.eps_high, dapo.loss_aggregation) == (0.0, 0.28, "token_mean")
     dr = to_train_config(_compose(["algo=dr_grpo"])).algo
-    assert (dr.advantage, dr.loss_aggregation) == ("dr_grpo", "constant")
+    assert (dr.advantage.estimator, dr.loss_aggregation) == ("dr_grpo", "constant")
 
 
 def test_default_run_recipe_applies_to_its_combination_only():
@@ -45,15 +46,21 @@ def test_default_run_recipe_applies_to_its_combination_only():
     import yaml
 
     recipe = yaml.safe_load((CONF / "recipe" / "grpo_arithmetic_tiny.yaml").read_text())
-    tuned = {f"{group}.{key}": value for group, values in recipe.items() for key, value in values.items()}
+    def dotted(values, prefix=""):  # {"algo": {"kl": {"beta": 0.01}}} -> {"algo.kl.beta": 0.01}
+        out = {}
+        for key, value in values.items():
+            out.update(dotted(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        return out
+
+    tuned = dotted(recipe)
 
     def settings(cfg):
-        return {name: getattr(getattr(cfg, name.split(".")[0]), name.split(".")[1]) for name in tuned}
+        return {name: functools.reduce(getattr, name.split("."), cfg) for name in tuned}
 
     default = to_train_config(_compose([]))
     assert (default.algo.name, default.task.name, default.model.name_or_path) == ("grpo", "arithmetic", "tiny")
     assert settings(default) == tuned
-    assert default.algo.beta > 0  # the paper's structure: KL to the reference stays
+    assert default.algo.kl.beta > 0  # the paper's structure: KL to the reference stays
     # `~recipe` drops it: the schema's and presets' values come back, and they differ from the recipe's.
     bare = settings(to_train_config(_compose(["~recipe"])))
     assert all(bare[name] != value for name, value in tuned.items())
@@ -62,7 +69,7 @@ def test_default_run_recipe_applies_to_its_combination_only():
     qwen = settings(to_train_config(_compose(["model=qwen2.5-0.5b-instruct"])))
     assert qwen == bare
     # The command line beats the recipe.
-    assert to_train_config(_compose(["algo.beta=0.0", "trainer.steps=5"])).algo.beta == 0.0
+    assert to_train_config(_compose(["algo.kl.beta=0.0", "trainer.steps=5"])).algo.kl.beta == 0.0
 
 
 def test_typo_in_override_names_the_key():
@@ -87,7 +94,7 @@ TINY = [
 @pytest.mark.slow
 def test_multirun_sweeps_beta_and_group_size(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "reasoning_rl.cli", "--multirun", "algo.beta=0,0.04", "algo.group_size=2,4",
+        [sys.executable, "-m", "reasoning_rl.cli", "--multirun", "algo.kl.beta=0,0.04", "algo.group_size=2,4",
          f"hydra.sweep.dir={tmp_path}", *TINY],
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
     )
@@ -97,9 +104,9 @@ def test_multirun_sweeps_beta_and_group_size(tmp_path):
     seen = set()
     for run in runs:
         cfg = OmegaConf.load(run / "config.yaml")
-        seen.add((cfg.algo.beta, cfg.algo.group_size))
+        seen.add((cfg.algo.kl.beta, cfg.algo.group_size))
         assert (run / "checkpoint-1" / "config.json").exists()
-        assert (run / "reference").exists() == (cfg.algo.beta > 0)
+        assert (run / "reference").exists() == (cfg.algo.kl.beta > 0)
         assert json.loads((run / "summary.json").read_text())["eval_after"]
     assert seen == {(0.0, 2), (0.0, 4), (0.04, 2), (0.04, 4)}
 

@@ -50,7 +50,7 @@ def _message(out: subprocess.CompletedProcess) -> list[str]:
     (["task=gsm9k"], ["unknown task option task=gsm9k (did you mean gsm8k?); choose one of: arithmetic, "
                       "code_synthetic, code_synthetic_feedback, gsm8k, gsm8k_tool, math, math500, mbpp, mbpp_feedback, "
                       "multiply, multiply_tool, stdio_code"]),
-    (["algo.beta=["], ["cannot parse the override 'algo.beta=[': "]),
+    (["algo.kl.beta=["], ["cannot parse the override 'algo.kl.beta=[': "]),
     (["trainer.save_every=-5", "trainer.keep_checkpoints=-1"],
      ["invalid configuration:", "  - trainer.save_every must be >= 0, got -5",
       "  - trainer.keep_checkpoints must be >= 1, got -1"]),
@@ -81,12 +81,12 @@ def test_debug_shows_the_traceback(tmp_path, flag, env):
 
 def test_a_refused_sweep_records_each_run_and_the_corrected_one_may_use_its_folders(tmp_path):
     sweep = tmp_path / "sweep"
-    out = _train(tmp_path, "--multirun", f"hydra.sweep.dir={sweep}", *TINY, "algo.beta=0,0.04",
+    out = _train(tmp_path, "--multirun", f"hydra.sweep.dir={sweep}", *TINY, "algo.kl.beta=0,0.04",
                  "trainer.save_every=-5")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == PROG + "invalid configuration: trainer.save_every must be >= 0, got -5"
     runs = sorted(sweep.glob("*/seed=0"))
-    assert [r.parent.name for r in runs] == ["algo.beta=0", "algo.beta=0.04"]
+    assert [r.parent.name for r in runs] == ["algo.kl.beta=0", "algo.kl.beta=0.04"]
     for run in runs:  # the report lists them as failed
         status = json.loads((run / "status.json").read_text())
         assert (status["status"], status["stage"]) == ("failed", "validation")
@@ -95,7 +95,7 @@ def test_a_refused_sweep_records_each_run_and_the_corrected_one_may_use_its_fold
     # The corrected sweep writes into the same folders: nothing was trained there, so no conflict.
     register_configs()
     with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
-        fixed = compose(config_name="train", overrides=[*TINY, "algo.beta=0", "trainer.save_every=5"])
+        fixed = compose(config_name="train", overrides=[*TINY, "algo.kl.beta=0", "trainer.save_every=5"])
     resolved = OmegaConf.to_container(fixed, resolve=True)
     assert prepare_run_folder(runs[0], resolved, to_train_config(fixed)) is False
     # Once a step was logged there, the folder holds a run: other settings are refused.

@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from reasoning_rl.algo.grpo import GRPOConfig
+from reasoning_rl.algo.ppo import PPOConfig
 from reasoning_rl.cli import to_train_config
 from reasoning_rl.config import EvalConfig, RolloutConfig, TrainerConfig, WarmStartConfig, register_configs
 
@@ -26,14 +27,18 @@ def _load(path: Path) -> dict:
 
 
 def _defaults(schema) -> dict:
-    return {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-            for f in dataclasses.fields(schema)}
+    """The schema's defaults, a group's (a nested dataclass) as the plain dict its YAML block holds."""
+    out = {}
+    for f in dataclasses.fields(schema):
+        value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return out
 
 
 @pytest.mark.parametrize(("path", "key", "schema"), [
     ("train.yaml", "trainer", TrainerConfig), ("train.yaml", "warmstart", WarmStartConfig),
     ("train.yaml", "evaluation", EvalConfig), ("rollout/hf.yaml", None, RolloutConfig),
-    ("algo/grpo.yaml", None, GRPOConfig),
+    ("algo/grpo.yaml", None, GRPOConfig), ("algo/ppo.yaml", None, PPOConfig),
 ])
 def test_schema_defaults_equal_the_default_yaml(path, key, schema):
     values = _load(CONF / path)
@@ -96,7 +101,9 @@ def test_every_recipe_is_composed_for_the_combination_it_names(name):
         value = cfg[group]
         for part in key.split("."):
             value = value[part]
-        want = recipe[group][key]
+        want = recipe[group]
+        for part in key.split("."):
+            want = want[part]
         if isinstance(want, list):  # e.g. task.rewards: each listed item's keys, in order, over the schema's defaults
             got = OmegaConf.to_container(value)
             assert len(got) == len(want) and all({k: g[k] for k in w} == w for g, w in zip(got, want)), (leaf, got)

@@ -17,6 +17,7 @@ from reasoning_rl.config_checks import (
     TRAIN_FREE,
     TRAIN_RANGES,
     Range,
+    declared_ranges,
     free_form_fields,
     mentions,
     numeric_fields,
@@ -41,7 +42,7 @@ def _train_numeric_fields() -> set[str]:
     for name in list_algorithms():
         schema = get_algorithm(name).config_class
         if schema.__module__.startswith("reasoning_rl."):
-            names |= set(numeric_fields(schema, "algo."))
+            names |= set(numeric_fields(schema, "algo.")) - set(declared_ranges(schema, "algo."))
     return names
 
 
@@ -141,9 +142,9 @@ def test_one_bad_setting_is_one_line_and_the_algorithm_check_is_not_repeated():
 
 
 def test_mentions_matches_whole_keys_only():
-    assert mentions("need 0 <= algo.eps_low < 1, got -1", ["algo.eps_low"])
-    assert not mentions("algo.adam_beta1 must be in [0, 1)", ["algo.beta"])
-    assert not mentions("algo.beta_x is wrong", ["algo.beta"])
+    assert mentions("need 0 <= algo.policy_loss.eps_low < 1, got -1", ["algo.policy_loss.eps_low"])
+    assert not mentions("algo.adam_beta1 must be in [0, 1)", ["algo.kl.beta"])
+    assert not mentions("algo.beta_x is wrong", ["algo.kl.beta"])
 
 
 def test_tiny_model_heads_must_divide_its_width():
@@ -253,3 +254,16 @@ def test_user_errors_exit_with_code_2_and_bugs_pass_through(capsys, monkeypatch)
     assert capsys.readouterr().err == "prog: trainer.steps must be >= 0, got -1\n"
     with pytest.raises(ZeroDivisionError), user_errors_exit("prog", "elsewhere"):
         raise ZeroDivisionError("a bug keeps its traceback and exit code 1")
+
+
+def test_a_range_declared_by_a_field_is_checked():
+    # the corrections' options declare their ranges beside them (CorrectionConfig), not in TRAIN_RANGES
+    from reasoning_rl.algo.grpo_config import GRPOConfig
+    from reasoning_rl.config import ConfigError, validate
+    from tests.reasoning_rl.conftest import tiny_config
+
+    assert str(declared_ranges(GRPOConfig, "algo.")["algo.correction.c"]) == "> 0"
+    cfg = tiny_config()
+    cfg.algo.correction.name, cfg.algo.correction.c = "tis", -1.0
+    with pytest.raises(ConfigError, match=r"algo.correction.c must be > 0, got -1.0"):
+        validate(cfg)

@@ -5,6 +5,7 @@ sharding, the world-size check, the FSDP combinations refused) on hand-made inpu
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -271,8 +272,8 @@ def test_two_nodes_an_endpoint_that_cannot_be_reached_is_named_in_one_line(tmp_p
     ({"algo": "ppo"}, r"trainer.fsdp=true does not support algo.name='ppo': its critic"),
     ({"algo": "sft"}, r"does not support algo.name='sft': a rank without samples"),
     ({"rollout.backend": "vllm"}, r"rollout.backend=vllm is not supported"),
-    ({"algo.dynamic_sampling": True}, r"algo.dynamic_sampling=true is not supported.*wait forever"),
-    ({"algo.ref_reset_every": 5}, r"algo.ref_reset_every > 0 is not supported"),
+    ({"algo.dynamic_sampling.enabled": True}, r"algo.dynamic_sampling.enabled=true is not supported.*wait forever"),
+    ({"algo.kl.ref_reset_every": 5}, r"algo.kl.ref_reset_every > 0 is not supported"),
 ])
 def test_fsdp_refuses_the_combinations_it_does_not_handle(setting, message):
     from reasoning_rl.algo.registry import get_algorithm
@@ -284,8 +285,8 @@ def test_fsdp_refuses_the_combinations_it_does_not_handle(setting, message):
         if key == "algo":
             cfg.algo = get_algorithm(value).config_class()
         else:
-            group, name = key.split(".")
-            setattr(getattr(cfg, group), name, value)
+            *path, name = key.split(".")
+            setattr(functools.reduce(getattr, path, cfg), name, value)
     with pytest.raises(ConfigError, match=message):
         validate(cfg)
     cfg.trainer.fsdp = False

@@ -15,19 +15,19 @@ CONF = REPO_ROOT / "conf"
 
 ENABLE = {
     "task.audit.verifier is set": lambda c: setattr(c.task.audit, "verifier", "math"),
-    "algo.correction=tis": lambda c: setattr(c.algo, "correction", "tis"),
-    "algo.correction is one of mis_token, mis_seq, mis_geo": lambda c: setattr(c.algo, "correction", "mis_seq"),
-    "algo.correction=dppo_tv": lambda c: setattr(c.algo, "correction", "dppo_tv"),
-    "algo.correction=trust_region_mask": lambda c: setattr(c.algo, "correction", "trust_region_mask"),
-    "algo.entropy_control is clip_cov or kl_cov": lambda c: setattr(c.algo, "entropy_control", "clip_cov"),
-    "algo.entropy_control=clip_cov": lambda c: setattr(c.algo, "entropy_control", "clip_cov"),
-    "algo.entropy_control=kl_cov": lambda c: (setattr(c.algo, "entropy_control", "kl_cov"),
+    "algo.correction.name=tis": lambda c: setattr(c.algo.correction, "name", "tis"),
+    "algo.correction.name is one of mis_token, mis_seq, mis_geo": lambda c: setattr(c.algo.correction, "name", "mis_seq"),
+    "algo.correction.name=dppo_tv": lambda c: setattr(c.algo.correction, "name", "dppo_tv"),
+    "algo.correction.name=trust_region_mask": lambda c: setattr(c.algo.correction, "name", "trust_region_mask"),
+    "algo.entropy_control.name is clip_cov or kl_cov": lambda c: setattr(c.algo.entropy_control, "name", "clip_cov"),
+    "algo.entropy_control.name=clip_cov": lambda c: setattr(c.algo.entropy_control, "name", "clip_cov"),
+    "algo.entropy_control.name=kl_cov": lambda c: (setattr(c.algo.entropy_control, "name", "kl_cov"),
                                               setattr(c.algo, "num_iterations", 2)),
-    "algo.entropy_control=high_entropy": lambda c: setattr(c.algo, "entropy_control", "high_entropy"),
-    "algo.advantage=w_reinforce": lambda c: setattr(c.algo, "advantage", "w_reinforce"),
-    "algo.advantage=pass_at_k": lambda c: setattr(c.algo, "advantage", "pass_at_k"),
-    "algo.dynamic_sampling=true": lambda c: setattr(c.algo, "dynamic_sampling", True),
-    "algo.beta > 0": lambda c: setattr(c.algo, "beta", 0.04),
+    "algo.entropy_control.name=high_entropy": lambda c: setattr(c.algo.entropy_control, "name", "high_entropy"),
+    "algo.advantage.estimator=w_reinforce": lambda c: setattr(c.algo.advantage, "estimator", "w_reinforce"),
+    "algo.advantage.estimator=pass_at_k": lambda c: setattr(c.algo.advantage, "estimator", "pass_at_k"),
+    "algo.dynamic_sampling.enabled=true": lambda c: setattr(c.algo.dynamic_sampling, "enabled", True),
+    "algo.kl.beta > 0": lambda c: setattr(c.algo.kl, "beta", 0.04),
     "evaluation.kl_to_base_every > 0": lambda c: setattr(c.evaluation, "kl_to_base_every", 5),
     "evaluation.retention.task is set": lambda c: setattr(c.evaluation.retention, "task", "code_synthetic"),
     "evaluation.enabled=true": lambda c: setattr(c.evaluation, "enabled", True),
@@ -41,13 +41,13 @@ ENABLE = {
 """Each row's condition, made to hold."""
 
 DISABLE = {
-    "algo.beta > 0": lambda c: setattr(c.algo, "beta", 0.0),
+    "algo.kl.beta > 0": lambda c: setattr(c.algo.kl, "beta", 0.0),
     "evaluation.enabled=true": lambda c: setattr(c.evaluation, "enabled", False),
     "trainer.health.enabled=true": lambda c: setattr(c.trainer.health, "enabled", False),
 }
 """Conditions that hold in the default config, made not to."""
 
-CHANGED = {"algo.kl_estimator": "k1", "algo.kl_placement": "reward", "warmstart.target": "solution",
+CHANGED = {"algo.kl.estimator": "k1", "algo.kl.placement": "reward", "warmstart.target": "solution",
            "rollout.vllm_dtype": "bfloat16", "trainer.health.stop_on": [], "trainer.health.disable": ["tamper"],
            "trainer.health.thresholds": {"truncation": 0.3}, "task.audit.options": {"strict": True},
            "evaluation.retention.split": "test", "evaluation.retention.data_file": "x.jsonl",

@@ -105,7 +105,7 @@ def test_an_injected_run_logs_documented_mismatch_metrics_and_corrects(tmp_path)
     cfg.rollout.backend = "native"
     cfg.rollout.inject.stale = 1
     cfg.rollout.inject.noise = 0.05
-    cfg.algo.correction = "tis"
+    cfg.algo.correction.name = "tis"
     cfg.trainer.save_every = 0
     _train(cfg, tmp_path / "run")
     metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
@@ -146,7 +146,7 @@ def test_corrections_run_in_both_algorithms_with_several_updates_a_batch(algo, t
         cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
         cfg.algo = PPOConfig(prompts_per_step=4, group_size=1, micro_batch_size=3, learning_rate=1e-3)
     cfg.algo.num_iterations = 2  # decoupled: w(pi_old / mu) fixed over both updates, the clip on pi_theta / pi_old
-    cfg.algo.correction = "icepop" if algo == "ppo" else "dppo_tv"
+    cfg.algo.correction.name = "icepop" if algo == "ppo" else "dppo_tv"
     _train(cfg, tmp_path / "run")
     metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert all(m["mismatch/log_rho_abs_mean"] > 0 and m["loss/total"] == m["loss/total"] for m in metrics)

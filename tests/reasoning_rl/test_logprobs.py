@@ -203,7 +203,7 @@ class _PadLogitsDown(torch.nn.Module):
 
 @pytest.mark.parametrize("group_size", [1, 2])
 def test_padded_positions_are_zero_whatever_the_pad_logit(group_size):
-    from reasoning_rl.algo import grpo_loss
+    from reasoning_rl.algo.losses import KLConfig, LossGroups, PolicyLossConfig, grpo_loss
 
     model, tok = _model("llama")
     hostile = _PadLogitsDown(model, tok.pad_token_id)
@@ -223,7 +223,7 @@ def test_padded_positions_are_zero_whatever_the_pad_logit(group_size):
     # With beta > 0 against a zero-filled reference row the loss and its gradient stay finite.
     ref = torch.where(pads, 0.0, logp.detach() - 0.1)
     out = grpo_loss(logp, logp.detach(), ref, torch.linspace(-1, 1, packed.input_ids.shape[0]), packed.completion_mask,
-                    beta=0.04, eps_low=0.2, eps_high=0.2)
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2), kl=KLConfig(beta=0.04)))
     out.loss.backward()
     assert torch.isfinite(out.loss) and all(torch.isfinite(p.grad).all() for p in model.parameters()
                                             if p.grad is not None)

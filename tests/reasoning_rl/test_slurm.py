@@ -123,7 +123,7 @@ def _submitit_start(sweep: Path, job_id: str) -> float:
 def test_no_slurm_is_one_line_and_exit_2(tmp_path):
     # No sbatch on PATH (a laptop, a node without the Slurm client): nothing is submitted.
     env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}
-    out = _sweep(tmp_path / "sweep", *SLURM, "algo.beta=0,0.04", env=env)
+    out = _sweep(tmp_path / "sweep", *SLURM, "algo.kl.beta=0,0.04", env=env)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert lines == ["reasoning-rl-train: hydra/launcher=slurm needs Slurm's sbatch, which is not on PATH here: run "
@@ -136,7 +136,7 @@ def test_a_slurm_conf_that_is_not_there_is_one_line_and_exit_2(tmp_path):
     missing = tmp_path / "gone" / "slurm.conf"  # a stopped local cluster's, say
     env = {**os.environ, "SLURM_CONF": str(missing)}
     t0 = time.monotonic()
-    out = _sweep(tmp_path / "sweep", *SLURM, "algo.beta=0,0.04", env=env)
+    out = _sweep(tmp_path / "sweep", *SLURM, "algo.kl.beta=0,0.04", env=env)
     assert out.returncode == 2 and time.monotonic() - t0 < 60  # sbatch alone would retry for 60 s
     assert out.stderr.strip().splitlines() == [
         f"reasoning-rl-train: SLURM_CONF={missing} is not a file: point it at the cluster's slurm.conf "
@@ -154,7 +154,7 @@ def test_the_preflight_asks_for_what_the_launcher_submits():
 @pytest.mark.slurm
 @needs_slurm
 def test_an_unknown_partition_is_slurms_own_error_in_one_line(tmp_path):
-    out = _sweep(tmp_path / "sweep", *SLURM, "hydra.launcher.partition=no_such_partition", "algo.beta=0,0.04")
+    out = _sweep(tmp_path / "sweep", *SLURM, "hydra.launcher.partition=no_such_partition", "algo.kl.beta=0,0.04")
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
@@ -167,10 +167,10 @@ def test_an_unknown_partition_is_slurms_own_error_in_one_line(tmp_path):
 @needs_slurm
 def test_a_2x2_sweep_runs_as_slurm_jobs_reports_and_relaunch_skips(tmp_path):
     sweep = tmp_path / "sweep"
-    out = _sweep(sweep, *SLURM, "algo.beta=0,0.04", "algo.group_size=2,4")
+    out = _sweep(sweep, *SLURM, "algo.kl.beta=0,0.04", "algo.group_size=2,4")
     assert out.returncode == 0, out.stderr[-3000:]
-    runs = sorted(sweep.glob("algo.beta=*,algo.group_size=*/seed=0"))
-    assert [r.parent.name for r in runs] == [f"algo.beta={b},algo.group_size={g}" for b in ("0", "0.04") for g in (2, 4)]
+    runs = sorted(sweep.glob("algo.group_size=*,algo.kl.beta=*/seed=0"))
+    assert [r.parent.name for r in runs] == [f"algo.group_size={g},algo.kl.beta={b}" for g in (2, 4) for b in ("0", "0.04")]
     job_ids = []
     for run in runs:
         status = _status(run)
@@ -192,11 +192,11 @@ def test_a_2x2_sweep_runs_as_slurm_jobs_reports_and_relaunch_skips(tmp_path):
     assert report.main([str(sweep)]) == 0
     table = (sweep / "report" / "report.md").read_text()
     assert sum("| finished |" in line for line in table.splitlines()) == 4
-    for png in ("reward_curves.png", "accuracy_vs_algo_beta.png"):
+    for png in ("reward_curves.png", "accuracy_vs_algo_kl_beta.png"):
         assert (sweep / "report" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # The same sweep again: four new jobs, each skipping its finished run.
-    again = _sweep(sweep, *SLURM, "algo.beta=0,0.04", "algo.group_size=2,4")
+    again = _sweep(sweep, *SLURM, "algo.kl.beta=0,0.04", "algo.group_size=2,4")
     assert again.returncode == 0, again.stderr[-3000:]
     logs = [p.read_text() for p in (sweep / ".submitit").glob("*/*_log.out")]
     assert sum("already finished; skipped" in text for text in logs) == 4
@@ -212,9 +212,9 @@ def test_scancel_and_the_time_limit_are_recorded_and_the_relaunch_resumes(tmp_pa
     # A run long enough to be cancelled mid-run, and one that outlives a one-minute limit (signal_delay_s=0:
     # no warning before it, so Slurm's SIGTERM at the limit is what stops it).
     # 1000 steps: about 35 s of training on the local node, so the cancel lands mid-run (300 ran in 11 s).
-    cancel_job = _start_sweep(cancelled, *SLURM, "trainer.steps=1000", "trainer.save_every=2", "algo.beta=0")
+    cancel_job = _start_sweep(cancelled, *SLURM, "trainer.steps=1000", "trainer.save_every=2", "algo.kl.beta=0")
     limit_job = _start_sweep(killed, *SLURM, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=0",
-                             "trainer.steps=100000", "trainer.save_every=20", "algo.beta=0")
+                             "trainer.steps=100000", "trainer.save_every=20", "algo.kl.beta=0")
     try:
         run = cancelled / "default" / "seed=0"
         job_id = _scancel_once_it_checkpoints(run)
@@ -227,7 +227,7 @@ def test_scancel_and_the_time_limit_are_recorded_and_the_relaunch_resumes(tmp_pa
         assert 2 <= len(done) < 1000
 
         # Relaunched: resumes from the newest checkpoint and logs each step once.
-        again = _sweep(cancelled, *SLURM, "trainer.steps=1000", "trainer.save_every=2", "algo.beta=0")
+        again = _sweep(cancelled, *SLURM, "trainer.steps=1000", "trainer.save_every=2", "algo.kl.beta=0")
         assert again.returncode == 0, again.stderr[-3000:]
         assert _status(run)["status"] == "finished" and _status(run)["slurm_job_id"] != job_id
         assert _steps(run) == list(range(1, 1001))
@@ -259,7 +259,7 @@ def test_the_warning_before_the_time_limit_stops_the_run_with_a_record(tmp_path)
     # "timed out"; with max_num_timeout=0 no requeue is left and the run stops, recorded, checkpoints kept.
     sweep = tmp_path / "sweep"
     proc = _start_sweep(sweep, *SLURM, "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=0",
-                        "trainer.steps=100000", "trainer.save_every=2", "algo.beta=0")
+                        "trainer.steps=100000", "trainer.save_every=2", "algo.kl.beta=0")
     try:
         run = sweep / "default" / "seed=0"
         job_id = _scancel_once_it_checkpoints(run, "--signal=USR2")

@@ -52,24 +52,24 @@ def _run_table_rows(report_md: str) -> list[str]:
 @pytest.mark.slow
 def test_sweep_layout_failures_report_and_relaunch(tmp_path):
     sweep = tmp_path / "sweep"
-    out = _sweep(sweep, "algo.beta=0,0.04", "algo.group_size=1,2,4")
+    out = _sweep(sweep, "algo.kl.beta=0,0.04", "algo.group_size=1,2,4")
     # group_size=1 is refused by validation: those runs fail, the sweep exits non-zero at the
     # end, and every other run still ran to the end.
     assert out.returncode != 0
     names = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
-    assert names == [f"algo.beta={b},algo.group_size={g}" for b in ("0", "0.04") for g in (1, 2, 4)]
+    assert names == [f"algo.group_size={g},algo.kl.beta={b}" for g in (1, 2, 4) for b in ("0", "0.04")]
     for name in names:
         run = sweep / name / "seed=0"
         status = json.loads((run / "status.json").read_text())
         assert (run / "config.yaml").exists()
-        if name.endswith("group_size=1"):
+        if name.startswith("algo.group_size=1,"):
             assert status["status"] == "failed" and "algo.group_size" in status["error"]
         else:
             assert status["status"] == "finished"
             assert (run / "checkpoint-3" / "config.json").exists() and (run / "summary.json").exists()
 
     # Kill one run after its step-2 checkpoint, as a pre-empted job would leave it.
-    killed = sweep / "algo.beta=0.04,algo.group_size=4" / "seed=0"
+    killed = sweep / "algo.group_size=4,algo.kl.beta=0.04" / "seed=0"
     for name in ("summary.json", "eval_after.json"):
         (killed / name).unlink()
     subprocess.run(["rm", "-rf", str(killed / "checkpoint-3")], check=True)
@@ -86,12 +86,12 @@ def test_sweep_layout_failures_report_and_relaunch(tmp_path):
     assert sum("failed: ConfigError: invalid configuration: algo.group_size" in r for r in rows) == 2
     records = json.loads((sweep / "report" / "runs.json").read_text())
     assert {r["status"] for r in records} == {"finished", "failed", "incomplete"}
-    for png in ("reward_curves.png", "accuracy_vs_algo_beta.png"):
+    for png in ("reward_curves.png", "accuracy_vs_algo_kl_beta.png"):
         assert (sweep / "report" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # The same sweep again, without the failing setting: finished runs are skipped, the killed
     # one resumes from its checkpoint and ends with each step logged once.
-    again = _sweep(sweep, "algo.beta=0,0.04", "algo.group_size=2,4")
+    again = _sweep(sweep, "algo.kl.beta=0,0.04", "algo.group_size=2,4")
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("already finished; skipped") == 3
     assert [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
@@ -109,8 +109,8 @@ def test_a_folder_holding_another_run_is_refused(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(resolved))
     (tmp_path / "status.json").write_text(json.dumps({"status": "finished"}))
     assert prepare_run_folder(tmp_path, resolved, to_train_config(cfg)) is True  # same settings: skip
-    other = OmegaConf.to_container(_compose([*TINY, "algo.beta=0.5"]), resolve=True)
-    with pytest.raises(RunFolderConflict, match=r"algo\.beta"):
+    other = OmegaConf.to_container(_compose([*TINY, "algo.kl.beta=0.5"]), resolve=True)
+    with pytest.raises(RunFolderConflict, match=r"algo\.kl\.beta"):
         prepare_run_folder(tmp_path, other, to_train_config(cfg))
 
 

@@ -86,7 +86,7 @@ def test_num_iterations_reuses_rollouts(small_cfg, tmp_path):
     # a reward that varies within groups even for an untrained model: "has a digit"
     small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
     small_cfg.algo.num_iterations = 3
-    small_cfg.algo.beta = 0.0
+    small_cfg.algo.kl.beta = 0.0
     small_cfg.trainer.steps = 2
     small_cfg.evaluation.enabled = False
     trainer, _ = _train(small_cfg, tmp_path / "run")

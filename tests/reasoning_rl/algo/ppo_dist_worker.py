@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/reasoning_
 
 from dist_worker import FixedEngine, config
 
+from reasoning_rl.algo.losses import KLPenaltyConfig
 from reasoning_rl.algo.ppo import PPOConfig
 from reasoning_rl.rollouts.stack import RolloutStack
 from reasoning_rl.trainer import Trainer
@@ -25,7 +26,7 @@ class FixedTrainer(Trainer):
 
 def main(run_dir: str) -> None:
     cfg = config(run_dir, steps=1, resume=False)
-    cfg.algo = PPOConfig(prompts_per_step=4, group_size=2, micro_batch_size=3, learning_rate=1e-3, beta=0.04)
+    cfg.algo = PPOConfig(prompts_per_step=4, group_size=2, micro_batch_size=3, learning_rate=1e-3, kl=KLPenaltyConfig(beta=0.04))
     cfg.trainer.save_every = 0
     cfg.evaluation.enabled = False
     trainer = FixedTrainer(cfg, run_dir)

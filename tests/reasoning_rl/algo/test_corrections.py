@@ -7,12 +7,12 @@ import torch
 
 from reasoning_rl.algo.corrections import (
     CORRECTIONS,
-    CorrectionOptions,
+    CorrectionConfig,
     apply_correction,
 )
 from reasoning_rl.algo.grpo import GRPOConfig
 from reasoning_rl.algo.loss_tokens import loss_tokens
-from reasoning_rl.algo.losses import grpo_loss
+from reasoning_rl.algo.losses import KLConfig, LossGroups, PolicyLossConfig, grpo_loss
 from tests.conftest import assert_close_up_to_rounding
 
 pytestmark = pytest.mark.numerics
@@ -38,14 +38,14 @@ def inputs(rho, mask=None, adv=1.0, logp=None, behaviour=None):
 
 
 def test_none_weighs_every_real_token_one_and_padding_zero():
-    c = apply_correction("none", inputs([[3.0, 0.1]], mask=[[1, 0]]))
+    c = apply_correction(CorrectionConfig("none"), inputs([[3.0, 0.1]], mask=[[1, 0]]))
     assert c.weight.tolist() == [[1.0, 0.0]]
     assert not c.masked.any() and not c.truncated.any()
 
 
 def test_tis_truncates_the_weight_at_c():
     # rho = 0.5, 1.5 (below C = 2: kept as is), 2 (at C: kept), 3 (above: min(3, 2) = 2, truncated)
-    c = apply_correction("tis", inputs([[0.5, 1.5, 2.0, 3.0]]), CorrectionOptions(c=2.0))
+    c = apply_correction(CorrectionConfig("tis", c=2.0), inputs([[0.5, 1.5, 2.0, 3.0]]))
     assert c.weight[0].tolist() == pytest.approx([0.5, 1.5, 2.0, 2.0])
     assert c.truncated[0].tolist() == [False, False, False, True]
     assert not c.masked.any()
@@ -53,7 +53,7 @@ def test_tis_truncates_the_weight_at_c():
 
 def test_mis_token_keeps_rho_inside_the_bounds_and_masks_outside():
     # [a, b] = [0.5, 2]: 0.4 < a masked, 0.5 = a kept with weight 0.5, 2 = b kept, 2.5 > b masked
-    c = apply_correction("mis_token", inputs([[0.4, 0.5, 2.0, 2.5]]), CorrectionOptions(low=0.5, high=2.0))
+    c = apply_correction(CorrectionConfig("mis_token", low=0.5, high=2.0), inputs([[0.4, 0.5, 2.0, 2.5]]))
     assert c.weight[0].tolist() == pytest.approx([0.0, 0.5, 2.0, 0.0])
     assert c.masked[0].tolist() == [True, False, False, True]
 
@@ -63,8 +63,8 @@ def test_mis_seq_uses_the_product_of_the_tokens_ratios():
     # row 1: 2 * 2 = 4 > 2: the whole sequence is masked, though each token alone would be kept
     # row 2: 0.5 * 0.8 = 0.4 < 0.5: masked
     # row 3: one real token 3.0 (the padded one counts rho = 1): 3 > 2, masked
-    c = apply_correction("mis_seq", inputs([[2.0, 0.75], [2.0, 2.0], [0.5, 0.8], [3.0, 9.0]],
-                                           mask=[[1, 1], [1, 1], [1, 1], [1, 0]]), CorrectionOptions())
+    c = apply_correction(CorrectionConfig("mis_seq"), inputs([[2.0, 0.75], [2.0, 2.0], [0.5, 0.8], [3.0, 9.0]],
+                                           mask=[[1, 1], [1, 1], [1, 1], [1, 0]]))
     close(c.weight, [[1.5, 1.5], [0, 0], [0, 0], [0, 0]])
     assert c.masked.tolist() == [[False, False], [True, True], [True, True], [True, False]]
 
@@ -73,15 +73,15 @@ def test_mis_geo_masks_by_the_geometric_mean_and_keeps_token_weights():
     # row 0: rho 3 and 1/3: geometric mean 1 (kept), weights 3 and 1/3 (mis_token would mask the 3)
     # row 1: rho 4 and 4: geometric mean 4 > 2, masked
     # row 2: rho 1.5, 1.5, 1.5, pad: geometric mean over the 3 real tokens 1.5 (kept)
-    c = apply_correction("mis_geo", inputs([[3.0, 1 / 3, 1.0], [4.0, 4.0, 1.0], [1.5, 1.5, 1.5]],
-                                           mask=[[1, 1, 0], [1, 1, 0], [1, 1, 1]]), CorrectionOptions())
+    c = apply_correction(CorrectionConfig("mis_geo"), inputs([[3.0, 1 / 3, 1.0], [4.0, 4.0, 1.0], [1.5, 1.5, 1.5]],
+                                           mask=[[1, 1, 0], [1, 1, 0], [1, 1, 1]]))
     close(c.weight, [[3.0, 1 / 3, 0.0], [0, 0, 0], [1.5, 1.5, 1.5]])
     assert c.masked[1, :2].all() and not c.masked[0].any() and not c.masked[2].any()
 
 
 def test_icepop_masks_outside_its_papers_bounds_whatever_the_options():
     # [0.5, 5]: 0.49 masked, 0.5 kept, 4.9 kept (mis_token at [0.5, 2] would mask it), 5.1 masked
-    c = apply_correction("icepop", inputs([[0.49, 0.5, 4.9, 5.1]]), CorrectionOptions(low=0.9, high=1.1))
+    c = apply_correction(CorrectionConfig("icepop", low=0.9, high=1.1), inputs([[0.49, 0.5, 4.9, 5.1]]))
     assert c.weight[0].tolist() == pytest.approx([0.0, 0.5, 4.9, 0.0])
     assert c.masked[0].tolist() == [True, False, False, True]
 
@@ -94,7 +94,7 @@ def test_dppo_tv_blocks_only_the_update_that_leaves_the_region():
     logp = [[LOG(0.6), LOG(0.1), LOG(0.45)], [LOG(0.6), LOG(0.1), LOG(0.45)]]
     mu = [[0.3, 0.4, 0.3], [0.3, 0.4, 0.3]]
     x = inputs([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], adv=[1.0, -1.0], logp=logp, behaviour=mu)
-    c = apply_correction("dppo_tv", x, CorrectionOptions(delta=0.2))
+    c = apply_correction(CorrectionConfig("dppo_tv", delta=0.2), x)
     # row 1 has A < 0: t0 (above, pushed down) kept, t1 (below, pushed further down) blocked
     assert c.masked.tolist() == [[True, False, False], [False, True, False]]
     assert c.weight.tolist() == [[0.0, 1.0, 1.0], [1.0, 0.0, 1.0]]
@@ -104,34 +104,36 @@ def test_trust_region_mask_drops_a_sequence_by_its_worst_token():
     # k3(rho) = rho - 1 - log rho:  k3(2) = 1 - 0.6931 = 0.3069;  k3(1.1) = 0.1 - 0.0953 = 0.00469;
     # k3(0.9) = -0.1 + 0.1054 = 0.00536
     x = inputs([[1.0, 2.0], [1.1, 0.9]])
-    c = apply_correction("trust_region_mask", x, CorrectionOptions(kl_max=0.05))
+    c = apply_correction(CorrectionConfig("trust_region_mask", kl_max=0.05), x)
     assert c.masked.tolist() == [[True, True], [False, False]]
     assert c.weight.tolist() == [[0.0, 0.0], [1.0, 1.0]]
     # the bound between row 1's worst token (0.00536) and its other one (0.00469) masks it too
-    c = apply_correction("trust_region_mask", x, CorrectionOptions(kl_max=0.005))
+    c = apply_correction(CorrectionConfig("trust_region_mask", kl_max=0.005), x)
     assert c.masked.all()
-    assert not apply_correction("trust_region_mask", x, CorrectionOptions(kl_max=0.006)).masked[1].any()
+    assert not apply_correction(CorrectionConfig("trust_region_mask", kl_max=0.006), x).masked[1].any()
 
 
 def test_every_correction_gives_detached_weights_and_zero_on_padding():
     x = inputs([[1.2, 0.9, 7.0]], mask=[[1, 1, 0]])
     for name in CORRECTIONS:
-        c = apply_correction(name, x)
+        c = apply_correction(CorrectionConfig(name), x)
         assert not c.weight.requires_grad
         assert c.weight[0, 2] == 0 and not c.masked[0, 2] and not c.truncated[0, 2]
 
 
 def test_unknown_correction_lists_the_known_ones():
     with pytest.raises(ValueError, match="tis"):
-        apply_correction("tiss", inputs([[1.0]]))
-    problems = GRPOConfig(correction="tiss", correction_low=3.0).problems()
-    assert any("algo.correction='tiss' is unknown" in p and "icepop" in p for p in problems)
-    assert any("algo.correction_low=3.0 is above algo.correction_high" in p for p in problems)
+        apply_correction(CorrectionConfig("tiss"), inputs([[1.0]]))
+    problems = GRPOConfig(correction=CorrectionConfig("tiss", low=3.0)).problems()
+    assert any("algo.correction.name='tiss' is unknown" in p and "icepop" in p for p in problems)
+    assert any("algo.correction.low=3.0 is above algo.correction.high" in p for p in problems)
 
 
-def _loss(logp, old, behaviour, adv, mask, **kw):
-    return grpo_loss(logp, old, None, adv, mask, beta=0.0, eps_low=0.2, eps_high=0.2,
-                     behaviour_logp=behaviour, **kw)
+def _loss(logp, old, behaviour, adv, mask, correction: CorrectionConfig, policy: str = "clip",
+          aggregation: str = "sequence_mean"):
+    groups = LossGroups(policy=PolicyLossConfig(name=policy), kl=KLConfig(beta=0.0), aggregation=aggregation,
+                        correction=correction)
+    return grpo_loss(logp, old, None, adv, mask, groups, behaviour_logp=behaviour)
 
 
 def test_decoupled_ppo_weight_reads_pi_old_and_the_clip_reads_pi_theta_over_pi_old():
@@ -141,7 +143,7 @@ def test_decoupled_ppo_weight_reads_pi_old_and_the_clip_reads_pi_theta_over_pi_o
     # loss = -(2 * 1.2) = -2.4
     logp = torch.tensor([[LOG(0.75)]])
     out = _loss(logp, torch.tensor([[LOG(0.5)]]), torch.tensor([[LOG(0.25)]]), torch.tensor([1.0]),
-                torch.ones(1, 1), correction="tis", correction_options=CorrectionOptions(c=4.0))
+                torch.ones(1, 1), CorrectionConfig("tis", c=4.0))
     assert float(out.loss) == pytest.approx(-2.4)
     assert out.ratio_mean == pytest.approx(1.5)
 
@@ -152,7 +154,7 @@ def test_one_update_weighs_the_gradient_by_the_correction():
     # tis, C = 2: rho0 = 0.5 (w 0.5), rho1 = 4 (w 2, truncated) -> gradient [-0.25, -1.0]
     logp = torch.tensor([[LOG(0.5), LOG(0.8)]], requires_grad=True)
     behaviour = torch.tensor([[LOG(1.0), LOG(0.2)]])
-    out = _loss(logp, logp.detach(), behaviour, torch.tensor([1.0]), torch.ones(1, 2), correction="tis")
+    out = _loss(logp, logp.detach(), behaviour, torch.tensor([1.0]), torch.ones(1, 2), CorrectionConfig("tis"))
     out.loss.backward()
     close(logp.grad, [[-0.25, -1.0]])
     assert out.correction.truncated.tolist() == [[False, True]]
@@ -168,8 +170,8 @@ def test_a_masked_token_loses_its_share_of_the_policy_term_in_every_objective(po
     #        per sequence, so the masked token still moves through the geometric mean (docs/offpolicy.md)
     logp = torch.tensor([[LOG(0.5), LOG(0.6)]], requires_grad=True)
     behaviour = torch.tensor([[LOG(0.5), LOG(0.1)]])
-    out = _loss(logp, logp.detach(), behaviour, torch.tensor([1.0]), torch.ones(1, 2), correction="icepop",
-                policy_loss=policy_loss, aggregation="token_mean")
+    out = _loss(logp, logp.detach(), behaviour, torch.tensor([1.0]), torch.ones(1, 2), CorrectionConfig("icepop"),
+                policy=policy_loss, aggregation="token_mean")
     out.loss.backward()
     expected = [[-0.25, -0.25]] if policy_loss == "gmpo" else [[-0.5, 0.0]]
     close(logp.grad, expected)
@@ -180,12 +182,12 @@ def test_unknown_behaviour_log_probs_mean_no_correction():
     logp = torch.tensor([[LOG(0.5), LOG(0.5)]])
     for name in CORRECTIONS:
         out = _loss(logp, logp, torch.tensor([[math.nan, math.nan]]), torch.tensor([1.0]), torch.ones(1, 2),
-                    correction=name)
+                    CorrectionConfig(name))
         assert out.correction.weight.tolist() == [[1.0, 1.0]], name
         assert float(out.loss) == pytest.approx(-1.0)
 
 
 def test_without_behaviour_log_probs_the_loss_is_unchanged():
     logp = torch.tensor([[LOG(0.5), LOG(0.7)]])
-    plain = _loss(logp, logp, None, torch.tensor([1.0]), torch.ones(1, 2), correction="tis")
+    plain = _loss(logp, logp, None, torch.tensor([1.0]), torch.ones(1, 2), CorrectionConfig("tis"))
     assert plain.correction is None and float(plain.loss) == pytest.approx(-1.0)

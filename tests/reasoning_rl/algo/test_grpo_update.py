@@ -46,7 +46,7 @@ def _update_from_the_same_start(trainer, ro, micro_batch_size):
 def test_micro_batched_update_equals_full_batch_update(small_cfg, tmp_path, aggregation, mu):
     small_cfg.algo.loss_aggregation = aggregation
     small_cfg.algo.num_iterations = mu
-    small_cfg.algo.beta = 0.04  # the KL term's gradient is normalised too
+    small_cfg.algo.kl.beta = 0.04  # the KL term's gradient is normalised too
     small_cfg.algo.max_grad_norm = 0.0  # clipping would hide a scale error
     small_cfg.algo.shared_prompt_forward = False  # rows of any count per micro-batch
     small_cfg.evaluation.enabled = False
@@ -90,7 +90,7 @@ def test_micro_batches_smaller_than_a_group_equal_the_one_batch_update(small_cfg
     once per group) against micro-batches of 2 rows (half groups: the prompt once per 2 rows), 3
     rows (3 + 3 + 2, cutting groups anywhere: the shared forward steps aside, said once) and 1 row.
     The advantages are fixed over whole groups before the split; values and gradients must agree."""
-    small_cfg.algo.beta = 0.04
+    small_cfg.algo.kl.beta = 0.04
     small_cfg.algo.max_grad_norm = 0.0  # clipping would hide a scale error
     small_cfg.evaluation.enabled = False
     assert small_cfg.algo.shared_prompt_forward and small_cfg.algo.group_size == 4

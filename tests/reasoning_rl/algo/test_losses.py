@@ -17,6 +17,7 @@ from reasoning_rl.algo import (
     sequence_mean,
     token_mean,
 )
+from reasoning_rl.algo.losses import KLConfig, LossGroups, PolicyLossConfig
 from tests.conftest import assert_close_up_to_rounding
 
 pytestmark = pytest.mark.numerics
@@ -69,13 +70,13 @@ def test_microbatches_sum_to_full_batch_gradient():
     adv = torch.tensor([1.0, -1.0, 0.5, 2.0])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.float32)
     for agg in ("sequence_mean", "token_mean", "constant"):
-        kw = dict(beta=0.0, eps_low=0.2, eps_high=0.2, aggregation=agg,
-                  normalizer=LossNormalizer.for_mask(mask, max_tokens=3.0))  # the whole batch's denominators
-        full = torch.autograd.grad(grpo_loss(logits, old, None, adv, mask, **kw).loss, logits)[0]
+        groups = LossGroups(kl=KLConfig(beta=0.0), aggregation=agg)
+        norm = LossNormalizer.for_mask(mask, max_tokens=3.0)  # the whole batch's denominators
+        full = torch.autograd.grad(grpo_loss(logits, old, None, adv, mask, groups, norm).loss, logits)[0]
         parts = torch.zeros_like(full)
         for s in (0, 2):
             sub = logits[s:s + 2]
-            out = grpo_loss(sub, old[s:s + 2], None, adv[s:s + 2], mask[s:s + 2], **kw)
+            out = grpo_loss(sub, old[s:s + 2], None, adv[s:s + 2], mask[s:s + 2], groups, norm)
             parts += torch.autograd.grad(out.loss, logits)[0]  # micro-batch losses simply add up
         assert_close_up_to_rounding(parts, full, terms=3 + 2, msg=agg)  # a row's 3 tokens, then 2 micro-batches
 
@@ -85,7 +86,8 @@ def test_grpo_loss_at_ratio_one():
     # KL: ref = logp - log 2 -> pi_ref/pi = 0.5 -> k3 = 0.193147 per token; beta 0.1 -> 0.0193147
     logp = torch.log(torch.tensor([[0.5, 0.5], [0.25, 0.25]]))
     ref = logp - math.log(2)
-    out = grpo_loss(logp, logp, ref, torch.tensor([1.0, -1.0]), torch.ones(2, 2), beta=0.1, eps_low=0.2, eps_high=0.2)
+    out = grpo_loss(logp, logp, ref, torch.tensor([1.0, -1.0]), torch.ones(2, 2),
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2), kl=KLConfig(beta=0.1)))
     assert out.loss.item() == pytest.approx(0.1 * (0.5 - math.log(0.5) - 1))
     assert out.kl == pytest.approx(0.5 - math.log(0.5) - 1)
     assert out.clip_low_fraction == 0.0 and out.clip_high_fraction == 0.0
@@ -95,14 +97,15 @@ def test_clip_fractions():
     # A = +1: ratio 1.5 clipped high; A = -1: ratio 0.5 clipped low
     logp = torch.log(torch.tensor([[0.75], [0.25]]))
     old = torch.log(torch.tensor([[0.5], [0.5]]))
-    out = grpo_loss(logp, old, None, torch.tensor([1.0, -1.0]), torch.ones(2, 1), beta=0.0, eps_low=0.2, eps_high=0.2)
+    out = grpo_loss(logp, old, None, torch.tensor([1.0, -1.0]), torch.ones(2, 1),
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2), kl=KLConfig(beta=0.0)))
     assert (out.clip_high_fraction, out.clip_low_fraction) == (0.5, 0.5)
 
 
 def test_beta_without_reference_is_an_error():
     with pytest.raises(ValueError, match="reference"):
         grpo_loss(torch.zeros(1, 1), torch.zeros(1, 1), None, torch.zeros(1), torch.ones(1, 1),
-                  beta=0.1, eps_low=0.2, eps_high=0.2)
+                  LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2), kl=KLConfig(beta=0.1)))
 
 
 def test_token_statistics_are_token_means():
@@ -112,7 +115,8 @@ def test_token_statistics_are_token_means():
     logp = torch.zeros(2, 3)
     ref = torch.tensor([[-math.log(2)] * 3, [0.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
-    out = grpo_loss(logp, logp, ref, torch.zeros(2), mask, beta=0.1, eps_low=0.2, eps_high=0.2)
+    out = grpo_loss(logp, logp, ref, torch.zeros(2), mask,
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2), kl=KLConfig(beta=0.1)))
     k3 = 0.5 - math.log(0.5) - 1
     assert out.kl == pytest.approx(3 * k3 / 4)
     assert out.num_tokens == 4.0
@@ -124,8 +128,12 @@ def test_policy_loss_uses_the_loss_aggregation():
     logp = torch.zeros(2, 3)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     adv = torch.tensor([1.0, -2.0])
-    tok = grpo_loss(logp, logp, None, adv, mask, beta=0.0, eps_low=0.2, eps_high=0.2, aggregation="token_mean")
-    seq = grpo_loss(logp, logp, None, adv, mask, beta=0.0, eps_low=0.2, eps_high=0.2, aggregation="sequence_mean")
+    tok = grpo_loss(logp, logp, None, adv, mask,
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2), kl=KLConfig(beta=0.0),
+                               aggregation="token_mean"))
+    seq = grpo_loss(logp, logp, None, adv, mask,
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2), kl=KLConfig(beta=0.0),
+                               aggregation="sequence_mean"))
     assert (tok.policy_loss, seq.policy_loss) == (pytest.approx(-0.25), pytest.approx(0.5))
     assert tok.loss.item() == pytest.approx(tok.policy_loss)
 
@@ -152,8 +160,9 @@ def test_extreme_pad_log_probs_cannot_make_the_loss_nan():
     ref = torch.tensor([[-1.2, -0.8], [-1.1, 0.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
     for agg in LOSS_AGGREGATIONS:
-        out = grpo_loss(logp, logp.detach(), ref, torch.tensor([1.0, -1.0]), mask, beta=0.04,
-                        eps_low=0.2, eps_high=0.2, aggregation=agg)
+        out = grpo_loss(logp, logp.detach(), ref, torch.tensor([1.0, -1.0]), mask,
+                        LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2), kl=KLConfig(beta=0.04),
+                                   aggregation=agg))
         (grad,) = torch.autograd.grad(out.loss, logp)
         assert math.isfinite(out.loss.item()) and math.isfinite(out.kl), agg
         assert torch.isfinite(grad).all() and grad[1, 1] == 0.0, agg

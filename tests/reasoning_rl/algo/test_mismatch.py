@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from reasoning_rl.algo.corrections import CorrectionOptions, apply_correction
+from reasoning_rl.algo.corrections import CorrectionConfig, apply_correction
 from reasoning_rl.algo.loss_tokens import loss_tokens
 from reasoning_rl.algo.mismatch import (
     BUCKET_KEYS,
@@ -45,7 +45,7 @@ def test_token_and_sequence_metrics_of_one_batch():
     mu = torch.log(torch.tensor([[0.25, 1.0], [0.625, 0.01]]))
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
     x = loss_tokens(train, train, torch.ones(2, 1), mask, mu)
-    c = apply_correction("mis_token", x, CorrectionOptions(low=0.6, high=1.5))  # masks rho 2 and 0.5: row 0 whole
+    c = apply_correction(CorrectionConfig("mis_token", low=0.6, high=1.5), x)  # masks rho 2 and 0.5: row 0 whole
     stats = MismatchStats()
     stats.add(train, mu, mask, c)
     m = stats.metrics()

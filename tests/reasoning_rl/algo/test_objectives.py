@@ -10,20 +10,21 @@ import torch
 
 from reasoning_rl.algo.advantages import advantage_options, compute_advantages
 from reasoning_rl.algo.grpo import GRPOConfig
-from reasoning_rl.algo.losses import grpo_loss, reward_to_go
+from reasoning_rl.algo.losses import KLConfig, LossGroups, PolicyLossConfig, grpo_loss, reward_to_go
 from tests.conftest import assert_close_up_to_rounding
+from tests.reasoning_rl.algo.conftest import set_settings
 
 pytestmark = pytest.mark.numerics
 
 ONE = torch.ones(1, 1)
 
 
-def _loss_and_grad(log_ratio: float, adv: float, **kw) -> tuple[float, float]:
+def _loss_and_grad(log_ratio: float, adv: float, **policy) -> tuple[float, float]:
     """One token with log(pi_theta / pi_old) = ``log_ratio`` (pi_old = 1/2): loss and d loss / d log pi_theta."""
     old = torch.tensor([[math.log(0.5)]])
     logp = (old + log_ratio).requires_grad_(True)
-    kw = {"beta": 0.0, "eps_low": 0.2, "eps_high": 0.2, **kw}
-    out = grpo_loss(logp, old, None, torch.tensor([adv]), ONE, **kw)
+    groups = LossGroups(policy=PolicyLossConfig(**{"eps_low": 0.2, "eps_high": 0.2, **policy}), kl=KLConfig(beta=0.0))
+    out = grpo_loss(logp, old, None, torch.tensor([adv]), ONE, groups)
     (grad,) = torch.autograd.grad(out.loss, logp)
     return out.loss.item(), grad.item()
 
@@ -44,8 +45,9 @@ def test_dual_clip_caps_a_negative_advantage_far_above_the_clip():
 def test_dual_clip_fraction_counts_tokens_past_c():
     old = torch.zeros(1, 3)
     logp = torch.tensor([[math.log(5), math.log(2), 0.0]])  # ratios 5, 2, 1; A = -1 on the row
-    out = grpo_loss(logp, old, None, torch.tensor([-1.0]), torch.ones(1, 3), beta=0.0, eps_low=0.2,
-                    eps_high=0.2, dual_clip_c=3.0)
+    out = grpo_loss(logp, old, None, torch.tensor([-1.0]), torch.ones(1, 3),
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2, dual_clip_c=3.0),
+                               kl=KLConfig(beta=0.0)))
     assert out.clip_dual_fraction == pytest.approx(1 / 3)  # only ratio 5 > c = 3
     # sequence mean of the per-token losses: (3 + 2 + 1) / 3 = 2
     assert out.loss.item() == pytest.approx(2.0)
@@ -63,8 +65,9 @@ def test_kl_clamp_bounds_k3():
     logp = torch.zeros(1, 1, requires_grad=True)
     ref = torch.full((1, 1), -15.0)
     for kl_clamp, value, grad in ((0.0, math.exp(-15) + 14, 1 - math.exp(-15)), (10.0, 10.0, 0.0)):
-        out = grpo_loss(logp, logp.detach(), ref, torch.zeros(1), ONE, beta=1.0, eps_low=0.2, eps_high=0.2,
-                        kl_clamp=kl_clamp)
+        out = grpo_loss(logp, logp.detach(), ref, torch.zeros(1), ONE,
+                        LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2),
+                                   kl=KLConfig(beta=1.0, clamp=kl_clamp)))
         (g,) = torch.autograd.grad(out.loss, logp)
         assert (out.kl, g.item()) == pytest.approx((value, grad))
 
@@ -75,23 +78,24 @@ def test_cispo_keeps_the_gradient_of_a_token_outside_the_clip():
     # A = +1, ratio 2 > 1 + eps_high = 1.28: GRPO's min(2, 1.28) is flat -> gradient 0;
     # CISPO: loss = -sg(1.28) * 1 * log pi -> d loss / d log pi = -1.28
     assert _loss_and_grad(math.log(2), 1.0, eps_high=0.28)[1] == pytest.approx(0.0)
-    assert _loss_and_grad(math.log(2), 1.0, eps_high=0.28, policy_loss="cispo")[1] == pytest.approx(-1.28)
+    assert _loss_and_grad(math.log(2), 1.0, eps_high=0.28, name="cispo")[1] == pytest.approx(-1.28)
     # A = -1, ratio 0.5 < 1 - eps_low = 0.8: GRPO's min(-0.5, -0.8) = -0.8 is flat -> 0; CISPO: +0.8
     assert _loss_and_grad(math.log(0.5), -1.0)[1] == pytest.approx(0.0)
-    assert _loss_and_grad(math.log(0.5), -1.0, policy_loss="cispo")[1] == pytest.approx(0.8)
+    assert _loss_and_grad(math.log(0.5), -1.0, name="cispo")[1] == pytest.approx(0.8)
 
 
 def test_cispo_inside_the_clip_has_grpos_gradient():
     # ratio 1.1, A = 1: GRPO d(ratio * A) / d log pi = ratio * A = 1.1; CISPO: sg(1.1) * A = 1.1
     g_clip = _loss_and_grad(math.log(1.1), 1.0)[1]
-    g_cispo = _loss_and_grad(math.log(1.1), 1.0, policy_loss="cispo")[1]
+    g_cispo = _loss_and_grad(math.log(1.1), 1.0, name="cispo")[1]
     assert g_clip == pytest.approx(-1.1) and g_cispo == pytest.approx(-1.1)
 
 
 def test_cispo_counts_truncated_weights_on_both_sides():
     logp = torch.tensor([[math.log(2.0), math.log(0.5), 0.0]])  # ratios 2, 0.5, 1; A = +1
-    out = grpo_loss(logp, torch.zeros(1, 3), None, torch.tensor([1.0]), torch.ones(1, 3), beta=0.0,
-                    eps_low=0.2, eps_high=0.28, policy_loss="cispo")
+    out = grpo_loss(logp, torch.zeros(1, 3), None, torch.tensor([1.0]), torch.ones(1, 3),
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.28, name="cispo"),
+                               kl=KLConfig(beta=0.0)))
     # the weight is truncated whatever the sign of A (the gradient is kept either way)
     assert (out.clip_low_fraction, out.clip_high_fraction) == pytest.approx((1 / 3, 1 / 3))
 
@@ -111,15 +115,16 @@ def test_gmpo_geometric_mean_of_log_clipped_ratios():
         (-1.0, 0.4, [math.exp(0.4) / 2, math.exp(0.4) / 2]),
     ):
         logp = torch.tensor([[0.1, 0.7]], requires_grad=True)
-        out = grpo_loss(logp, old, None, torch.tensor([adv]), mask, beta=0.0, eps_low=0.4, eps_high=0.4,
-                        policy_loss="gmpo")
+        out = grpo_loss(logp, old, None, torch.tensor([adv]), mask,
+                        LossGroups(policy=PolicyLossConfig(eps_low=0.4, eps_high=0.4, name="gmpo"),
+                                   kl=KLConfig(beta=0.0)))
         (g,) = torch.autograd.grad(out.loss, logp)
         assert out.loss.item() == pytest.approx(-adv * math.exp(mean_log))
         assert g[0].tolist() == pytest.approx(grads)
     # GRPO on the same tokens (eps 0.4, A = -1): mean of max(-r, ...) per token: (e^0.1 + e^0.7) / 2 = 1.559461,
     # the arithmetic mean that the outlier token 0.7 pulls up more than the geometric mean's 1.491825
-    grpo = grpo_loss(torch.tensor([[0.1, 0.7]]), old, None, torch.tensor([-1.0]), mask, beta=0.0, eps_low=0.4,
-                     eps_high=0.4)
+    grpo = grpo_loss(torch.tensor([[0.1, 0.7]]), old, None, torch.tensor([-1.0]), mask,
+                     LossGroups(policy=PolicyLossConfig(eps_low=0.4, eps_high=0.4), kl=KLConfig(beta=0.0)))
     assert grpo.loss.item() == pytest.approx((math.exp(0.1) + math.exp(0.7)) / 2)
 
 
@@ -235,7 +240,8 @@ def test_k1_in_the_reward_is_a_detached_reward_to_go_penalty():
     assert reward_to_go(torch.tensor([[1.0, 0.5, 9.0]]), torch.tensor([[1.0, 1.0, 0.0]])).tolist() == [[1.5, 0.5, 0.0]]
     logp = torch.zeros(1, 2, requires_grad=True)
     out = grpo_loss(logp, logp.detach(), torch.tensor([[-1.0, -0.5]]), torch.tensor([1.0]), torch.ones(1, 2),
-                    beta=0.5, eps_low=0.2, eps_high=0.2, kl_estimator="k1", kl_placement="reward")
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2),
+                               kl=KLConfig(beta=0.5, estimator="k1", placement="reward")))
     (g,) = torch.autograd.grad(out.loss, logp)
     assert out.loss.item() == pytest.approx(-0.5) and g[0].tolist() == pytest.approx([-0.125, -0.375])
     assert out.kl == pytest.approx(0.75)
@@ -257,9 +263,9 @@ def test_on_policy_expected_kl_gradient_of_each_placement(estimator, placement, 
     magnitude = torch.zeros(4, dtype=torch.float64)  # sum |p(y) g_y|: the terms' size, when they cancel to 0
     for y in range(4):
         lp = logpi[y].view(1, 1)
-        out = grpo_loss(lp, lp.detach(), ref[y].view(1, 1), torch.zeros(1, dtype=torch.float64),
-                        torch.ones(1, 1, dtype=torch.float64), beta=1.0, eps_low=0.2, eps_high=0.2,
-                        kl_estimator=estimator, kl_placement=placement)
+        out = grpo_loss(lp, lp.detach(), ref[y].view(1, 1), torch.zeros(1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64),
+                        LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2),
+                                   kl=KLConfig(beta=1.0, estimator=estimator, placement=placement)))
         (g,) = torch.autograd.grad(out.loss, theta, retain_graph=True)
         expected += logpi[y].exp().detach() * g
         magnitude += (logpi[y].exp().detach() * g).abs()
@@ -276,16 +282,16 @@ def test_on_policy_expected_kl_gradient_of_each_placement(estimator, placement, 
 # -- config ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"policy_loss": "ppo2"}, "algo.policy_loss='ppo2' is unknown"),
-    ({"policy_loss": "cispo", "ratio_level": "sequence"}, "takes per-token ratios"),
-    ({"dual_clip_c": 0.5}, "algo.dual_clip_c must be 0 (off) or > 1"),
-    ({"kl_placement": "reward"}, "set algo.kl_estimator=k1"),
-    ({"kl_placement": "advantage"}, "algo.kl_placement='advantage' is unknown"),
-    ({"advantage": "pass_at_k", "pass_k": 16}, "algo.pass_k=16 exceeds algo.group_size=8"),
-    ({"entropy_control": "kl_cov"}, "algo.entropy_control=kl_cov does nothing with algo.num_iterations=1"),
+    ({"policy_loss.name": "ppo2"}, "algo.policy_loss.name='ppo2' is unknown"),
+    ({"policy_loss.name": "cispo", "policy_loss.ratio_level": "sequence"}, "takes per-token ratios"),
+    ({"policy_loss.dual_clip_c": 0.5}, "algo.policy_loss.dual_clip_c must be 0 (off) or > 1"),
+    ({"kl.placement": "reward"}, "set algo.kl.estimator=k1"),
+    ({"kl.placement": "advantage"}, "algo.kl.placement='advantage' is unknown"),
+    ({"advantage.estimator": "pass_at_k", "advantage.pass_k": 16}, "algo.advantage.pass_k=16 exceeds algo.group_size=8"),
+    ({"entropy_control.name": "kl_cov"}, "algo.entropy_control.name=kl_cov does nothing with algo.num_iterations=1"),
 ])
 def test_config_problems_name_the_setting_and_the_fix(changes, message):
-    problems = GRPOConfig(**changes).problems()
+    problems = set_settings(GRPOConfig(), changes).problems()
     assert any(message in p for p in problems), problems
 
 
@@ -322,8 +328,9 @@ def _check(ours, theirs, logp):
 
 def test_dual_clip_and_clamped_k3_match_verls_formulas():
     logp, old, ref, adv, mask = _random_batch()
-    ours = grpo_loss(logp, old, ref, adv, mask, beta=0.1, eps_low=0.2, eps_high=0.28, aggregation="token_mean",
-                     dual_clip_c=3.0, log_ratio_clamp=20.0, kl_clamp=10.0).loss
+    ours = grpo_loss(logp, old, ref, adv, mask,
+                     LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.28, dual_clip_c=3.0, log_ratio_clamp=20.0),
+                                kl=KLConfig(beta=0.1, clamp=10.0), aggregation="token_mean")).loss
     a = adv.unsqueeze(-1)
     ratio = torch.exp(torch.clamp(logp - old, -20, 20))
     loss1, loss2 = -a * ratio, -a * torch.clamp(ratio, 0.8, 1.28)
@@ -337,11 +344,14 @@ def test_dual_clip_and_clamped_k3_match_verls_formulas():
 def test_cispo_and_gmpo_match_verls_formulas():
     logp, old, _, adv, mask = _random_batch(1)
     a = adv.unsqueeze(-1)
-    ours = grpo_loss(logp, old, None, adv, mask, beta=0.0, eps_low=0.2, eps_high=0.28, aggregation="token_mean",
-                     policy_loss="cispo").loss
+    ours = grpo_loss(logp, old, None, adv, mask,
+                     LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.28, name="cispo"),
+                                kl=KLConfig(beta=0.0), aggregation="token_mean")).loss
     ratio = torch.exp(logp - old)
     _check(ours, _token_mean(-torch.clamp(ratio, 0.8, 1.28).detach() * a * logp, mask), logp)
-    ours = grpo_loss(logp, old, None, adv, mask, beta=0.0, eps_low=0.4, eps_high=0.4, policy_loss="gmpo").loss
+    ours = grpo_loss(logp, old, None, adv, mask,
+                     LossGroups(policy=PolicyLossConfig(eps_low=0.4, eps_high=0.4, name="gmpo"),
+                                kl=KLConfig(beta=0.0))).loss
     sgn = torch.sign(a)
     log_ratio = logp - old
     pessimistic = sgn * torch.minimum(sgn * log_ratio, sgn * torch.clamp(log_ratio, -0.4, 0.4))
@@ -352,25 +362,23 @@ def test_cispo_and_gmpo_match_verls_formulas():
 # -- end to end: each preset's settings train on the tiny model -----------------------------------
 
 @pytest.mark.parametrize("settings", [
-    {"policy_loss": "cispo", "num_iterations": 2, "loss_aggregation": "token_mean"},
-    {"policy_loss": "gmpo", "eps_low": 0.4, "eps_high": 0.4, "num_iterations": 2},
-    {"dual_clip_c": 3.0, "log_ratio_clamp": 20.0, "kl_clamp": 10.0, "num_iterations": 2},
-    {"advantage": "w_reinforce", "positive_weight": 0.0},
-    {"advantage": "pass_at_k", "pass_k": 2},
-    {"advantage": "maxrl"},
-    {"kl_placement": "reward", "kl_estimator": "k1"},
-    {"entropy_control": "clip_cov", "cov_fraction": 0.05, "clip_cov_low": -1e9, "clip_cov_high": 1e9},
-    {"entropy_control": "kl_cov", "cov_fraction": 0.05, "num_iterations": 2},
-    {"entropy_control": "high_entropy"},
+    {"policy_loss.name": "cispo", "num_iterations": 2, "loss_aggregation": "token_mean"},
+    {"policy_loss.name": "gmpo", "policy_loss.eps_low": 0.4, "policy_loss.eps_high": 0.4, "num_iterations": 2},
+    {"policy_loss.dual_clip_c": 3.0, "policy_loss.log_ratio_clamp": 20.0, "kl.clamp": 10.0, "num_iterations": 2},
+    {"advantage.estimator": "w_reinforce", "advantage.positive_weight": 0.0},
+    {"advantage.estimator": "pass_at_k", "advantage.pass_k": 2},
+    {"advantage.estimator": "maxrl"},
+    {"kl.placement": "reward", "kl.estimator": "k1"},
+    {"entropy_control.name": "clip_cov", "entropy_control.fraction": 0.05, "entropy_control.cov_low": -1e9, "entropy_control.cov_high": 1e9},
+    {"entropy_control.name": "kl_cov", "entropy_control.fraction": 0.05, "num_iterations": 2},
+    {"entropy_control.name": "high_entropy"},
 ], ids=["cispo", "gmpo", "dual_clip", "nsr", "passk", "maxrl", "kl_in_reward", "clip_cov", "kl_cov", "80_20"])
 def test_each_objective_trains_two_steps_with_documented_finite_metrics(small_cfg, tmp_path, settings):
     from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
     from tests.reasoning_rl.documented_metrics import undocumented
 
-    for key, value in settings.items():
-        setattr(small_cfg.algo, key, value)
-    assert small_cfg.algo.problems() == []
+    assert set_settings(small_cfg.algo, settings).problems() == []
     small_cfg.trainer.steps = 2
     small_cfg.evaluation.enabled = False
     trainer = Trainer(small_cfg, tmp_path / "run")
@@ -385,4 +393,4 @@ def test_each_objective_trains_two_steps_with_documented_finite_metrics(small_cf
             assert math.isfinite(m[key]), key
         assert undocumented(m) == []
         assert math.isfinite(m["cov/logp_advantage"]) and math.isfinite(m["entropy/decile_0"])
-    assert ("clip/dual_fraction" in metrics[0]) == bool(settings.get("dual_clip_c"))
+    assert ("clip/dual_fraction" in metrics[0]) == bool(settings.get("policy_loss.dual_clip_c"))

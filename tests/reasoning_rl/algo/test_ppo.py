@@ -15,6 +15,7 @@ import yaml
 from hydra import compose, initialize_config_module
 
 from reasoning_rl.algo import get_algorithm
+from reasoning_rl.algo.losses import KLPenaltyConfig
 from reasoning_rl.algo.ppo import PPO, PPOConfig, build_critic
 from reasoning_rl.batching import pack
 from reasoning_rl.cli import to_train_config
@@ -54,7 +55,8 @@ def test_ppo_is_registered_with_its_config():
 
 def test_schema_defaults_equal_the_yaml():
     values = {k: v for k, v in yaml.safe_load((CONF / "algo" / "ppo.yaml").read_text()).items() if k != "defaults"}
-    defaults = {f.name: f.default for f in dataclasses.fields(PPOConfig)}
+    defaults = {f.name: dataclasses.asdict(f.default_factory()) if f.default is dataclasses.MISSING else f.default
+                for f in dataclasses.fields(PPOConfig)}  # a group (policy_loss, kl, correction) as its YAML block
     assert set(values) == set(defaults), set(values) ^ set(defaults)  # every field is in the YAML
     assert {k: v for k, v in values.items() if v != defaults[k]} == {}
     assert (CONF / "algo" / "ppo.yaml").read_text().startswith("# reasoning-rl-train algo=ppo")
@@ -113,7 +115,7 @@ def test_critic_kinds_own_or_share_the_policy_transformer():
 def _ppo_cfg(small_cfg, **algo) -> TrainConfig:
     # "has a digit" varies between samples of the untrained tiny model: advantages are not all 0.
     small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
-    options = dict(prompts_per_step=4, group_size=1, micro_batch_size=3, learning_rate=1e-3, beta=0.04)
+    options = dict(prompts_per_step=4, group_size=1, micro_batch_size=3, learning_rate=1e-3, kl=KLPenaltyConfig(beta=0.04))
     options.update(algo)
     return TrainConfig(task=small_cfg.task, model=small_cfg.model, rollout=small_cfg.rollout,
                        trainer=small_cfg.trainer, evaluation=small_cfg.evaluation, algo=PPOConfig(**options))

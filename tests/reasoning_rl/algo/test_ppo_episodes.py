@@ -14,6 +14,7 @@ import torch
 
 from reasoning_rl.algo.batch import MaskedTokens
 from reasoning_rl.algo.gae import gae_advantages, kl_penalized_rewards, last_action_index
+from reasoning_rl.algo.losses import KLPenaltyConfig
 from reasoning_rl.algo.ppo import PPOConfig, action_mask
 from reasoning_rl.envs import Environment, StepResult, register_environment, unregister_environment
 from reasoning_rl.run_folder.metrics_log import read_metrics
@@ -120,7 +121,7 @@ def _episode_cfg(env: str, steps: int = 2, **algo):
     cfg.rollout.max_new_tokens = 6
     # "has a digit" varies between samples of the untrained tiny model: advantages are not all 0.
     cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
-    options = dict(prompts_per_step=6, group_size=1, micro_batch_size=4, learning_rate=1e-3, beta=0.04)
+    options = dict(prompts_per_step=6, group_size=1, micro_batch_size=4, learning_rate=1e-3, kl=KLPenaltyConfig(beta=0.04))
     options.update(algo)
     cfg.algo = PPOConfig(**options)
     return cfg

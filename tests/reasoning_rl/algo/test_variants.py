@@ -8,7 +8,17 @@ import torch
 
 from reasoning_rl.algo import compute_advantages
 from reasoning_rl.algo.groups import informative_groups
-from reasoning_rl.algo.losses import KL_ESTIMATORS, grpo_loss, kl_k1, kl_k2, kl_k3, sequence_log_ratio
+from reasoning_rl.algo.losses import (
+    KL_ESTIMATORS,
+    KLConfig,
+    LossGroups,
+    PolicyLossConfig,
+    grpo_loss,
+    kl_k1,
+    kl_k2,
+    kl_k3,
+)
+from reasoning_rl.algo.policy_objectives import sequence_log_ratio
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import _train, tiny_model_config
 
@@ -45,8 +55,9 @@ def test_gspo_sequence_ratio():
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     assert sequence_log_ratio(logp, torch.zeros(1, 3), mask)[0, :2].tolist() == pytest.approx([0.3, 0.3])
     # A = +1, eps_high = 0.2: s = exp(0.3) = 1.35 is clipped at 1.2 -> per-token loss -1.2
-    out = grpo_loss(logp, torch.zeros(1, 3), None, torch.tensor([1.0]), mask, beta=0.0, eps_low=0.2,
-                    eps_high=0.2, ratio_level="sequence")
+    out = grpo_loss(logp, torch.zeros(1, 3), None, torch.tensor([1.0]), mask,
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2, ratio_level="sequence"),
+                               kl=KLConfig(beta=0.0)))
     assert out.loss.item() == pytest.approx(-1.2) and out.clip_high_fraction == 1.0
 
 
@@ -67,8 +78,8 @@ def test_dynamic_sampling_keeps_informative_groups_and_counts_the_waste(small_cf
     from rewards.compose import RewardSpec
 
     small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
-    small_cfg.algo.dynamic_sampling = True
-    small_cfg.algo.dynamic_sampling_max_rounds = 4
+    small_cfg.algo.dynamic_sampling.enabled = True
+    small_cfg.algo.dynamic_sampling.max_rounds = 4
     small_cfg.trainer.steps = 3
     small_cfg.evaluation.enabled = False
     _train(small_cfg, tmp_path / "run")
@@ -84,7 +95,7 @@ def test_dynamic_sampling_keeps_informative_groups_and_counts_the_waste(small_cf
 def test_iterative_grpo_resets_the_reference(small_cfg, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    small_cfg.algo.ref_reset_every = 2
+    small_cfg.algo.kl.ref_reset_every = 2
     small_cfg.trainer.steps = 3
     small_cfg.evaluation.enabled = False
     trainer, _ = _train(small_cfg, tmp_path / "run")

@@ -145,12 +145,13 @@ def test_the_loss_ignores_observation_tokens():
     """GRPO's loss on a row whose observation tokens have wild log-probs equals the loss on the
     sampled tokens alone: the mask removes them from every sum and denominator."""
     from reasoning_rl.algo.aggregation import LossNormalizer
-    from reasoning_rl.algo.losses import grpo_loss
+    from reasoning_rl.algo.losses import KLConfig, LossGroups, PolicyLossConfig, grpo_loss
 
     logp = torch.tensor([[-1.0, -50.0, -2.0, -3.0]], requires_grad=True)  # [1, 4]; token 1 is an observation
     mask = torch.tensor([[1.0, 0.0, 1.0, 1.0]])
     adv = torch.tensor([1.0])
-    out = grpo_loss(logp, logp.detach() - 0.1, None, adv, mask, beta=0.0, eps_low=0.2, eps_high=0.2,
-                    aggregation="token_mean", normalizer=LossNormalizer.for_batch([3]))
+    out = grpo_loss(logp, logp.detach() - 0.1, None, adv, mask,
+                    LossGroups(policy=PolicyLossConfig(eps_low=0.2, eps_high=0.2), kl=KLConfig(beta=0.0),
+                               aggregation="token_mean"), normalizer=LossNormalizer.for_batch([3]))
     out.loss.backward()
     assert logp.grad[0, 1] == 0.0 and (logp.grad[0, [0, 2, 3]] != 0).all()

@@ -213,11 +213,11 @@ def test_export_merges_the_adapter_into_a_plain_model_folder(small_cfg, tmp_path
 def test_lora_settings_that_cannot_run_are_refused(small_cfg):
     small_cfg.model.lora.r = 4
     small_cfg.trainer.fsdp = True
-    small_cfg.algo.ref_reset_every = 5
+    small_cfg.algo.kl.ref_reset_every = 5
     with pytest.raises(ConfigError) as err:
         validate(small_cfg)
     assert "trainer.fsdp" in str(err.value) and "ref_reset_every" in str(err.value)
-    small_cfg.trainer.fsdp, small_cfg.algo.ref_reset_every = False, 0
+    small_cfg.trainer.fsdp, small_cfg.algo.kl.ref_reset_every = False, 0
     small_cfg.model.lora.r = -1
     with pytest.raises(ConfigError, match=r"model\.lora\.r"):
         validate(small_cfg)

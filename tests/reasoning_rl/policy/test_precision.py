@@ -2,10 +2,12 @@
 states, fp16 loss scaling that skips steps with inf gradients, a float32 LM head."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
 
+from reasoning_rl import compat
 from reasoning_rl.algo.optim import step_optimizer
 from reasoning_rl.algo.ppo import PPOConfig
 from reasoning_rl.batching import pack
@@ -152,11 +154,17 @@ def test_engines_follow_the_compute_dtype():
 
 
 def test_precision_settings_that_cannot_run_are_refused(small_cfg):
-    assert precision_problems("fp32", "bfloat16", PPOConfig()) == []
-    assert precision_problems("bf16", "float32", PPOConfig()) == [
+    assert precision_problems("bf16") == [] and "is unknown" in precision_problems("bf8")[0]
+    ppo = dataclasses.replace(small_cfg, algo=PPOConfig())
+    ppo.model.dtype = "bfloat16"
+    assert compat.problems(ppo) == []  # fp32 trains any dtype
+    ppo.model.dtype, ppo.trainer.precision = "float32", "bf16"
+    assert compat.problems(ppo) == [
         "trainer.precision=bf16 is not built into algo.name='ppo' (the grpo module and its variants have it); "
         "set trainer.precision=fp32"]
-    assert precision_problems("bf16", "float32", small_cfg.algo) == []  # grpo
+    small_cfg.trainer.precision = "bf16"
+    assert compat.problems(small_cfg) == []  # grpo
+    small_cfg.trainer.precision = "fp32"
     small_cfg.trainer.precision = "bf16"
     small_cfg.model.dtype = "bfloat16"
     with pytest.raises(ConfigError, match="master weights"):
