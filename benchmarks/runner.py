@@ -33,7 +33,8 @@ from reasoning_rl import checkpoint as ckpt
 from reasoning_rl.atomic import atomic_write_text
 from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem, load_problems
-from reasoning_rl.tasks.definition import DatasetDefinition, get_definition, list_definitions
+from benchmarks.catalog import get_benchmark, list_benchmarks
+from reasoning_rl.tasks.definition import DatasetDefinition
 from reasoning_rl.tasks.scoring import grade
 
 
@@ -50,9 +51,9 @@ def benchmark_names(value: str | Sequence[str]) -> list[str]:
     parts = value.split(",") if isinstance(value, str) else [str(v) for v in value]
     names = [n.strip() for n in parts if n.strip()]
     if names == ["all"]:
-        return list_definitions()
+        return list_benchmarks()
     if not names:
-        raise EvalRequestError(f"benchmark= is empty; choose from {', '.join(list_definitions())}")
+        raise EvalRequestError(f"benchmark= is empty; choose from {', '.join(list_benchmarks())}")
     return names
 
 
@@ -267,7 +268,7 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
     """Run the invocation described by ``cfg``; return the results dicts (empty when only writing samples).
     The settings are checked first (:func:`benchmarks.config.validate`: one mode, k <= n, ...)."""
     validate(cfg)
-    specs = [get_definition(n, kind="benchmark") for n in benchmark_names(cfg.benchmark)]
+    specs = [get_benchmark(n) for n in benchmark_names(cfg.benchmark)]
     evaluator = Evaluator(cfg)
 
     if cfg.write_reference_samples:
