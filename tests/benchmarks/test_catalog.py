@@ -68,7 +68,7 @@ def test_unknown_benchmark_suggests_and_lists() -> None:
 def test_missing_file_is_named_with_where_to_get_it(tmp_path: Path) -> None:
     reason = missing_data(get_benchmark("aime25"), str(tmp_path))
     assert str(tmp_path / "aime25.jsonl") in reason and "does not exist" in reason and "docs/evaluation.md" in reason
-    with pytest.raises(BenchmarkDataMissing, match="aime25.jsonl"):
+    with pytest.raises(BenchmarkDataMissing, match=r"aime25\.jsonl"):
         require_data([get_benchmark("aime25")], str(tmp_path))
 
 

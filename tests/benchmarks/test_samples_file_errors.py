@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.config import EvalConfig
-from benchmarks.evaluate import SamplesFileError, SamplesFileNotFound, read_samples
+from benchmarks.sources import SamplesFileError, SamplesFileNotFound, read_samples
 from benchmarks.runner import run
 from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import load_problems

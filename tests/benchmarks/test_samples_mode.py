@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.catalog import get_benchmark
 from benchmarks.config import EvalConfig
 from benchmarks.evaluate import ScoringSettings, evaluate, read_samples
 from benchmarks.runner import CodeExecutionNotAllowed, run
 from benchmarks.samples import corrupt_answer, write_reference_samples
 from reasoning_rl.tasks.data import load_problems
-from benchmarks.catalog import get_benchmark
 
 MATH_BENCHMARKS = ["math500", "gsm8k", "aime24", "arithmetic", "math", "aime25", "amc23", "minerva_math",
                    "olympiadbench", "college_math", "svamp", "asdiv", "mawps"]
