@@ -22,6 +22,7 @@ from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import TaskDataError, local_path
 from reasoning_rl.tasks.definition import (
     DatasetDefinition,
+    DefinitionError,
     get_definition,
     list_definitions,
     load_definition_file,
@@ -92,7 +93,7 @@ def missing_data(spec: DatasetDefinition, data_dir: str | None, data_file: str |
         return f"{spec.name} has no evaluation split"
     try:
         path = local_path(spec, split, data_dir, data_file)
-    except TaskDataError as exc:
+    except (TaskDataError, DefinitionError) as exc:  # no local copy of that split, or no such split
         return str(exc)
     source = spec.source(split)
     if path is None:

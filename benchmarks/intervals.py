@@ -102,11 +102,12 @@ def average_interval(values: Sequence[float], replicates: Sequence[np.ndarray], 
 
 
 def paired_difference(correct_a: Sequence[Sequence[bool | float]], correct_b: Sequence[Sequence[bool | float]],
-                      replicates: int = REPLICATES, seed: int = 0, level: float = 0.95) -> Interval:
+                      replicates: int = REPLICATES, seed: int = 0, level: float = 0.95) -> tuple[Interval, np.ndarray]:
     """``avg@n(B) - avg@n(A)`` on the same problems (same order) and sample seeds, with the paired
-    bootstrap interval: one draw of problem and sample indices applied to both."""
+    bootstrap interval (one draw of problem and sample indices applied to both), and the replicates."""
     a, b = as_matrix(correct_a), as_matrix(correct_b)
     if a.shape != b.shape:  # different n: pair at the problem level only
         a, b = a.mean(axis=1, keepdims=True), b.mean(axis=1, keepdims=True)
     diff = b - a  # [N, n]
-    return percentile_interval(float(diff.mean()), draw_replicates(diff, replicates, seed), level)
+    reps = draw_replicates(diff, replicates, seed)
+    return percentile_interval(float(diff.mean()), reps, level), reps

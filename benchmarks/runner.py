@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.catalog import get_benchmark, list_benchmarks
+from benchmarks.catalog import available, get_benchmark, list_benchmarks, require_data
 from benchmarks.config import EvalConfig, validate
 from benchmarks.evaluate import ScoringSettings, evaluate
 from benchmarks.graders import build_graders, grader_lines
@@ -29,6 +29,7 @@ from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem, load_problems
 from reasoning_rl.tasks.definition import DatasetDefinition
 from reasoning_rl.tasks.scoring import grade
+from rewards import WorkerPool
 
 
 class CodeExecutionNotAllowed(UserError, RuntimeError):
@@ -48,6 +49,29 @@ def benchmark_names(value: str | Sequence[str]) -> list[str]:
     if not names:
         raise EvalRequestError(f"benchmark= is empty; choose from {', '.join(list_benchmarks())}")
     return names
+
+
+def select_benchmarks(cfg: EvalConfig) -> list[DatasetDefinition]:
+    """The benchmarks of ``benchmark=``, checked before any model loads: ``all`` keeps those whose data
+    ``data_dir`` (or the hub) provides and says which it skipped and why; a benchmark named explicitly
+    whose data is missing is refused in one line naming the file."""
+    names = benchmark_names(cfg.benchmark)
+    specs = [get_benchmark(n) for n in names]
+    if _says_all(cfg.benchmark):
+        specs, skipped = available(specs, cfg.data_dir, cfg.split)
+        for name, reason in skipped.items():
+            print(f"benchmark=all: skipping {name}: {reason}", file=sys.stderr)
+        if not specs:
+            raise EvalRequestError(f"benchmark=all: no benchmark's data is available ({len(skipped)} skipped, "
+                                   "see above); pass data_dir=<folder with the benchmark files>")
+        return specs
+    require_data(specs, cfg.data_dir, cfg.data_files, cfg.split)
+    return specs
+
+
+def _says_all(value: str | Sequence[str]) -> bool:
+    parts = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    return [p.strip() for p in parts if p.strip()] == ["all"]
 
 
 def check_code_execution(specs: Sequence[DatasetDefinition], allowed: bool) -> None:
@@ -101,12 +125,11 @@ def make_equivalence(verifier: Any, timeout: float, pool: Any) -> Callable[[list
 class Evaluator:
     """Holds what is shared between the benchmarks and checkpoints of one invocation."""
 
-    def __init__(self, cfg: EvalConfig) -> None:
+    def __init__(self, cfg: EvalConfig, pool: Any = None) -> None:
         self.cfg = cfg
-        self.pool = None
-        if cfg.score_workers is not None:
-            from rewards import WorkerPool
-
+        self.pool = pool
+        """Scoring worker pool (shared by the members of a suite); made here when ``score_workers`` is set."""
+        if pool is None and cfg.score_workers is not None:
             self.pool = WorkerPool(cfg.score_workers)
         self._problems: dict[tuple[str, str], tuple[list[Problem], dict[str, Any]]] = {}
 
@@ -132,10 +155,10 @@ class Evaluator:
         equivalence = make_equivalence(verifier, timeout, self.pool) if self.cfg.maj_equivalence else None
         return settings, equivalence
 
-    def run_samples(self, spec: DatasetDefinition, samples: str) -> dict[str, Any]:
+    def run_samples(self, spec: DatasetDefinition, samples: str, out: Path | None = None) -> dict[str, Any]:
         problems, dataset = self.problems(spec)
         scoring, equivalence = self.scoring(spec)
-        out = Path(self.cfg.output_dir) / slug(f"samples--{Path(samples).stem}") / spec.name
+        out = out or Path(self.cfg.output_dir) / slug(f"samples--{Path(samples).stem}") / spec.name
         return evaluate(spec, problems, read_samples(samples, problems), scoring, out, k_values=self.cfg.k,
                         overwrite=self.cfg.overwrite, answer_equivalence=equivalence,
                         header=self.header({"samples": str(Path(samples).resolve())}, dataset),
@@ -186,7 +209,7 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
     """Run the invocation described by ``cfg``; return the results dicts (empty when only writing samples).
     The settings are checked first (:func:`benchmarks.config.validate`: one mode, k <= n, ...)."""
     validate(cfg)
-    specs = [get_benchmark(n) for n in benchmark_names(cfg.benchmark)]
+    specs = select_benchmarks(cfg)
     evaluator = Evaluator(cfg)
 
     if cfg.write_reference_samples:

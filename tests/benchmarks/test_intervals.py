@@ -83,7 +83,7 @@ def test_suite_average_by_hand() -> None:
 def test_paired_difference_by_hand() -> None:
     a = [[1], [0], [0], [1]]
     b = [[1], [1], [1], [1]]  # B fixes problems 1 and 2: d = [0, 1, 1, 0], mean 0.5
-    iv = paired_difference(a, b, replicates=2000)
+    iv, _ = paired_difference(a, b, replicates=2000)
     assert iv.value == 0.5
     assert 0.0 <= iv.low < 0.5 < iv.high <= 1.0
 
@@ -94,7 +94,7 @@ def test_pairing_removes_shared_problem_difficulty() -> None:
     # an unpaired interval of two scores near 0.5 would be about +-0.2 wide.
     a = [[1]] * 25 + [[0]] * 25
     b = [[1]] * 26 + [[0]] * 24
-    iv = paired_difference(a, b, replicates=2000)
+    iv, _ = paired_difference(a, b, replicates=2000)
     assert iv.value == pytest.approx(0.02)
     assert iv.low == 0.0 and iv.high <= 0.06
     assert not iv.excludes_zero
@@ -103,6 +103,6 @@ def test_pairing_removes_shared_problem_difficulty() -> None:
 def test_clear_improvement_excludes_zero() -> None:
     a = [[0, 0]] * 30
     b = [[1, 0]] * 15 + [[1, 1]] * 15  # +0.75 on average, every problem better
-    iv = paired_difference(a, b)
+    iv, _ = paired_difference(a, b)
     assert iv.value == pytest.approx(0.75)
     assert iv.excludes_zero and iv.low > 0.5
