@@ -107,11 +107,10 @@ def missing_data(spec: DatasetDefinition, data_dir: str | None, data_file: str |
 
 def require_data(specs: list[DatasetDefinition], data_dir: str | None, data_file: str | None = None,
                  split: str | None = None) -> None:
-    """Refuse (one line) the first named benchmark whose data is missing, before any model loads."""
-    for spec in specs:
-        reason = missing_data(spec, data_dir, data_file, split)
-        if reason is not None:
-            raise BenchmarkDataMissing(reason)
+    """Refuse, in one line naming each file, benchmarks whose data is missing, before any model loads."""
+    reasons = [r for r in (missing_data(spec, data_dir, data_file, split) for spec in specs) if r is not None]
+    if reasons:
+        raise BenchmarkDataMissing("; ".join(reasons))
 
 
 def available(specs: list[DatasetDefinition], data_dir: str | None,
