@@ -17,6 +17,8 @@ from benchmarks.catalog import (
     missing_data,
     require_data,
 )
+from benchmarks.config import EvalConfig
+from benchmarks.runner import run
 from reasoning_rl.tasks.data import make_problem
 from rewards.math import MathVerifier
 
@@ -83,3 +85,17 @@ def test_available_skips_what_the_folder_lacks(shared_data_dir: Path) -> None:
     keep, skipped = available(specs, str(shared_data_dir))
     assert {s.name for s in keep} >= set(NEW) | {"gsm8k", "math500", "humaneval", "arithmetic"}
     assert "stdio_code" in skipped and "stdio_test.jsonl" in skipped["stdio_code"]
+
+
+def test_benchmark_all_skips_what_data_dir_cannot_provide(shared_data_dir: Path, tmp_path: Path, capsys) -> None:
+    # docs/evaluation.md: reasoning-rl-eval benchmark=all write_reference_samples=refs data_dir=../shared/data
+    run(EvalConfig(benchmark="all", write_reference_samples=str(tmp_path / "refs"), data_dir=str(shared_data_dir),
+                   limit=2))
+    err = capsys.readouterr().err
+    assert "benchmark=all: skipping stdio_code: stdio_code: data file" in err and "stdio_test.jsonl" in err
+    written = {p.name.split(".")[0] for p in (tmp_path / "refs").iterdir()}
+    assert set(NEW) | {"gsm8k", "math500", "humaneval", "mbpp"} <= written
+    assert "stdio_code" not in written
+    with pytest.raises(BenchmarkDataMissing, match=r"stdio_test\.jsonl' does not exist"):
+        run(EvalConfig(benchmark="stdio_code", write_reference_samples=str(tmp_path / "refs"),
+                       data_dir=str(shared_data_dir)))
