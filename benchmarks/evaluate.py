@@ -109,6 +109,7 @@ def evaluate(
     todo = [i for i, p in enumerate(problems)
             if cache.get(p.task_id, {}).get("gen_key") != gen_keys[p.task_id] or isinstance(source, SamplesSource)]
     start = time.perf_counter()
+    samples_made = 0
     with tqdm(total=len(todo), desc=f"{spec.name}: generate", unit="problem", disable=not show_progress) as bar:
         for c in range(0, len(todo), generation_chunk):
             chunk = todo[c:c + generation_chunk]
@@ -124,9 +125,12 @@ def evaluate(
                 cache[p.task_id] = record
             if not isinstance(source, SamplesSource):
                 save()
+            samples_made += sum(len(group) for group in texts)
+            bar.set_postfix_str(f"{samples_made / max(time.perf_counter() - start, 1e-9):.2f} samples/s")
             bar.update(len(chunk))
     this_run["generate_s"] = time.perf_counter() - start
     this_run["problems_generated"] = 0 if isinstance(source, SamplesSource) else len(todo)
+    this_run["samples_generated"] = 0 if isinstance(source, SamplesSource) else samples_made
 
     # 2. Scores: every sample of a problem whose verdicts are missing or stale.
     items = [(p, j) for p in problems if cache[p.task_id].get("score_key") != score_keys[p.task_id]

@@ -153,6 +153,7 @@ def test_killed_suite_resumes_without_generating_a_sample_twice(shared_data_dir:
     assert len(second) == 2  # only svamp's last 2 problems
     assert sorted(first + second) == sorted(set(first + second))  # no prompt generated twice
     assert [r["benchmark"]["name"] for r in results] == ["aime25", "svamp"]
+    assert [r["this_run"]["samples_generated"] for r in results] == [0, 2]
     assert [len(p["correct"]) for p in results[0]["problems"]] == [2, 2, 2, 2]  # n=2 for the sampled member
     final = json.loads((tmp_path / "out" / "fake-model" / "suite-tiny.json").read_text())
     assert final["finished"] == 2 and final["benchmarks"][0]["metric"] == "avg@2"
