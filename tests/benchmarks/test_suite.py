@@ -96,7 +96,7 @@ def test_samples_suite_table_in_four_formats(shared_data_dir: Path, tmp_path: Pa
     refs = _refs(shared_data_dir, tmp_path, ["svamp", "mawps"])
     suite = _suite_file(tmp_path, ["svamp", "mawps"])
     results = run_suite(EvalConfig(suite=str(suite), samples=str(refs / "*.reference.jsonl"), data_dir=str(shared_data_dir),
-                                   limit=12, output_dir=str(tmp_path / "out"), progress=False))
+                                   limit=12, output_dir=str(tmp_path / "out"), progress=False, graders=["ours", "strict"]))
     assert [r["metrics"]["accuracy"]["value"] for r in results] == [1.0, 1.0]
     base = tmp_path / "out" / "samples--s" / "suite-s"
     data = json.loads(base.with_suffix(".json").read_text())
@@ -106,6 +106,9 @@ def test_samples_suite_table_in_four_formats(shared_data_dir: Path, tmp_path: Pa
     assert base.with_suffix(".csv").read_text().splitlines()[0] == "benchmark,problems,n,metric,score % [95% CI],pass@n %"
     tex = base.with_suffix(".tex").read_text()
     assert "\\begin{tabular}{lrrrrr}" in tex and "average (2) &  &  & mean & 100.0 [100.0, 100.0] &  \\\\" in tex
+    graders = json.loads((base.parent / "graders-s.json").read_text())  # graders= across the suite: one table
+    assert [row[:2] for row in graders["rows"]] == [["svamp", "ours"], ["svamp", "strict"], ["mawps", "ours"],
+                                                    ["mawps", "strict"]]
     # the corrupted samples of one member missing: named before anything is scored
     (refs / "mawps.corrupted.jsonl").unlink()
     with pytest.raises(SuiteSamplesMissing, match=r"benchmark mawps has no samples file .*mawps\.corrupted\.jsonl"):
@@ -174,4 +177,5 @@ def test_compare_the_first_and_last_checkpoint_of_a_run(shared_data_dir: Path, t
     [later] = data["models"][1:]
     assert data["benchmarks"][0]["differences"][later]["problems"] == 3
     assert (folder / "compare-tiny.md").read_text().count("\n| ") >= 3
+    assert (folder / "passk-tiny.png").is_file()  # aime25 has n=2: one curve per checkpoint
     shutil.rmtree(out)
