@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +118,7 @@ def run_suite(cfg: EvalConfig) -> list[dict[str, Any]]:
         configs = [member_config(m, cfg, samples=paths[s.name]) for m, s in zip(suite.members, specs)]
         label = f"samples:{cfg.samples}"
         folders[label] = out / slug(f"samples--{suite.name}")
-        by_label[label] = _run_members(suite, specs, configs, folders[label], label, cfg, lambda c, s, f: Evaluator(
-            c, pool).run_samples(s, c.samples, f))
+        by_label[label] = _run_members(suite, specs, configs, folders[label], label, cfg, partial(_score_samples, pool))
     else:
         from benchmarks.generation import load_engine
 
@@ -131,14 +131,22 @@ def run_suite(cfg: EvalConfig) -> list[dict[str, Any]]:
                                             vllm=vllm_settings(cfg))
             folders[model] = out / model_slug(model)
             by_label[model] = _run_members(suite, specs, configs_by_model[model], folders[model], model, cfg,
-                                           lambda c, s, f, e=engine, t=tokenizer, m=model: Evaluator(c, pool).run_model(
-                                               s, e, t, m, f))
+                                           partial(_generate, pool, engine, tokenizer))
             del engine
     if len(by_label) > 1:
         _write_comparison(suite, by_label, out / slug(f"compare-{suite.name}--" + "--".join(
             folders[label].name for label in by_label)), cfg)
     print(f"summary: {write_summary(cfg.output_dir)}")
     return [r for results in by_label.values() for r in results]
+
+
+def _score_samples(pool: Any, config: EvalConfig, spec: DatasetDefinition, folder: Path) -> dict[str, Any]:
+    return Evaluator(config, pool).run_samples(spec, config.samples, folder)
+
+
+def _generate(pool: Any, engine: Any, tokenizer: Any, config: EvalConfig, spec: DatasetDefinition,
+              folder: Path) -> dict[str, Any]:
+    return Evaluator(config, pool).run_model(spec, engine, tokenizer, config.model_name_or_path, folder)
 
 
 def _run_members(suite: Suite, specs: Sequence[DatasetDefinition], configs: Sequence[EvalConfig], folder: Path,
