@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.catalog import get_benchmark, list_benchmarks
+from benchmarks.catalog import available, get_benchmark, list_benchmarks
 from benchmarks.io import write_jsonl
 from reasoning_rl.tasks.data import Problem, load_problems, render
 from reasoning_rl.tasks.definition import DatasetDefinition
@@ -75,9 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None, help="folder holding the local data files (default: hub)")
     parser.add_argument("--limit", type=int, default=None)
     args = parser.parse_args(argv)
-    names = list_benchmarks() if args.benchmarks == ["all"] else args.benchmarks
-    for name in names:
-        spec = get_benchmark(name)
+    specs = [get_benchmark(name) for name in (list_benchmarks() if args.benchmarks == ["all"] else args.benchmarks)]
+    if args.benchmarks == ["all"]:  # as benchmark=all: what the data folder (or the hub) can provide
+        specs, skipped = available(specs, args.data_dir)
+        for name, reason in skipped.items():
+            print(f"all: skipping {name}: {reason}", file=sys.stderr)
+    for spec in specs:
         problems, _ = load_problems(spec, data_dir=args.data_dir, limit=args.limit)
         for path in write_reference_samples(spec, problems, args.out_dir):
             print(f"wrote {path} ({len(problems)} problems)")
