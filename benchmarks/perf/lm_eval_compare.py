@@ -64,14 +64,18 @@ def lm_eval_task(data_dir: Path) -> dict[str, Any]:
     }
 
 
-def _timed(cmd: list[str], log: Path) -> float:
+def _timed(cmd: list[str], log: Path, loads: list[tuple[float, float, float]]) -> float:
+    """Wall seconds of ``cmd``; the 1/5/15-minute load averages before and after it go into ``loads``."""
+    loads.append(os.getloadavg())
     start = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env={
             **os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed (exit {proc.returncode}); see {log}")
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    loads.append(os.getloadavg())
+    return elapsed
 
 
 def lm_eval_samples(folder: Path) -> dict[str, dict[int, dict[str, Any]]]:
@@ -134,26 +138,30 @@ def run(argv: list[str]) -> BenchResult:
     (out / "lm_eval_task" / "gsm8k_local.yaml").write_text(yaml.safe_dump(lm_eval_task(data_dir), sort_keys=False))
     ours_cmd = [sys.executable, "-m", "benchmarks.cli", "benchmark=gsm8k_lm_eval", f"model={model}", "num_fewshot=5",
                 "chat_template=false", f"max_new_tokens={args.max_new_tokens}", f"limit={args.limit}", "backend=hf",
-                "device=cpu", f"batch_size={args.batch_size}", f"data_dir={data_dir}", f"output_dir={out / 'ours'}",
+                "device=cpu", f"batch_size={args.batch_size}", f"generation_chunk={args.limit}", f"data_dir={data_dir}", f"output_dir={out / 'ours'}",
                 "overwrite=true", "progress=false"]
     theirs_cmd = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={model},dtype=float32",
                   "--tasks", "gsm8k_local", "--include_path", str(out / "lm_eval_task"), "--limit", str(args.limit),
                   "--batch_size", str(args.batch_size), "--device", "cpu", "--log_samples", "--output_path",
                   str(out / "lm_eval"), "--gen_kwargs", f"max_gen_toks={args.max_new_tokens}"]
-    ours_s = _timed(ours_cmd, out / "ours.log")
-    theirs_s = _timed(theirs_cmd, out / "lm_eval.log")
+    loads: list[tuple[float, float, float]] = []
+    ours_s = _timed(ours_cmd, out / "ours.log", loads)
+    theirs_s = _timed(theirs_cmd, out / "lm_eval.log", loads)
     [ours_file] = list((out / "ours").rglob("gsm8k_lm_eval/results.json"))
     ours = json.loads(ours_file.read_text())
     cache = {r["task_id"]: r["completions"][0] for r in read_jsonl(ours_file.parent / "problems.jsonl")}
     report = compare(ours, [cache[p["task_id"]] for p in ours["problems"]], lm_eval_samples(out / "lm_eval"), args.limit)
     report.update(wall_s={"ours": ours_s, "lm_eval": theirs_s}, speedup=theirs_s / ours_s, model=str(model),
+                  load_average={"ours": {"before": loads[0], "after": loads[1]},
+                                "lm_eval": {"before": loads[2], "after": loads[3]}},
                   limit=args.limit, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend="hf")
     write_json(out / "compare.json", report)
     for name, acc in report["accuracy"].items():
         print(f"{name:<42} {100 * acc['value']:5.1f}% [{100 * acc['low']:.1f}, {100 * acc['high']:.1f}]")
     print(f"identical completions: {report['identical_completions']}/{report['problems']}; grader disagreements on "
           f"lm-eval's completions: {len(report['disagreements'])} (listed in {out / 'compare.json'})")
-    print(f"wall: ours {ours_s:.0f} s, lm-eval {theirs_s:.0f} s ({report['speedup']:.2f}x)")
+    print(f"wall: ours {ours_s:.0f} s, lm-eval {theirs_s:.0f} s ({report['speedup']:.2f}x); load averages "
+          f"before/after: ours {loads[0][0]:.1f}/{loads[1][0]:.1f}, lm-eval {loads[2][0]:.1f}/{loads[3][0]:.1f}")
     return BenchResult(0, vars(args), {"ours_s": ours_s, "lm_eval_s": theirs_s, "speedup": report["speedup"],
                                        "accuracy": {k: v["value"] for k, v in report["accuracy"].items()},
                                        "identical_completions": report["identical_completions"],
