@@ -12,6 +12,8 @@
     reasoning-rl-bench episode-cache [--hidden 256 --layers 6]   # multi-turn episodes/s, KV cache carried or not
     reasoning-rl-bench stop-in-loop [--hidden 256 --layers 6]    # multi-turn episodes: rows stopped at stop strings
                                                         # inside the decode loop or cut afterwards
+    reasoning-rl-bench eval --compare lm-eval [--limit 200]   # GSM8K beside lm-evaluation-harness: same model,
+                                                        # problems and prompt; accuracies, disagreements, wall times
 
 Each subcommand lives in its own module under ``benchmarks/perf/`` and exposes ``run(argv)``.
 Every run appends one JSON record (commit, date, machine, arguments, figures) to
@@ -43,6 +45,7 @@ SUBCOMMANDS: dict[str, str] = {
     "async": "benchmarks.perf.async_rollout",
     "episode-cache": "benchmarks.perf.episode_cache",
     "stop-in-loop": "benchmarks.perf.stop_in_loop",
+    "eval": "benchmarks.perf.lm_eval_compare",
 }
 ALIASES: dict[str, str] = {"math-equiv": "math", "code-exec": "code"}
 

@@ -42,15 +42,21 @@ def to_eval_config(cfg: DictConfig) -> EvalConfig:
 
 @hydra.main(version_base="1.3", config_path="pkg://reasoning_rl.conf", config_name="eval")
 def _main(cfg: DictConfig) -> None:
-    from benchmarks.runner import run
-
     if is_multirun():  # a failing job is collected by Hydra; the sweep goes on and ends with its error
-        run(to_eval_config(cfg))
+        dispatch(to_eval_config(cfg))
         return
     # Bad input ends here in one line and exit code 2 (docs/errors.md); Hydra would first print
     # "Error executing job with overrides".
     with user_errors_exit(PROG, ELSEWHERE, folder=cfg.get("output_dir")):
-        run(to_eval_config(cfg))
+        dispatch(to_eval_config(cfg))
+
+
+def dispatch(config: EvalConfig) -> list[dict]:
+    """``suite=`` runs a suite (:mod:`benchmarks.suite_run`), anything else :func:`benchmarks.runner.run`."""
+    from benchmarks.runner import run  # loaded with the app, after Hydra has parsed the command line
+    from benchmarks.suite_run import run_suite
+
+    return run_suite(config) if config.suite else run(config)
 
 
 def model_alias(argv: list[str]) -> list[str]:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
 
 from reasoning_rl.config_checks import (
     AT_LEAST_0,
@@ -33,9 +32,23 @@ from reasoning_rl.envs.base import EpisodeConfig
 class EvalConfig:
     """Settings of one ``reasoning-rl-eval`` invocation."""
 
-    benchmark: Any = MISSING
-    """Dataset definition name (``reasoning_rl/tasks/definitions/``, the same ones ``task=`` trains on), the path
-    of a definition YAML, a list (``benchmark=[gsm8k,math500]``), or ``all`` for every shipped one."""
+    benchmark: Any = None
+    """Dataset definition name (``reasoning_rl/tasks/definitions/``, the same ones ``task=`` trains on, and the
+    evaluation-only ``benchmarks/definitions/``), the path of a definition YAML, a list
+    (``benchmark=[gsm8k,math500]``), or ``all`` for every one whose data ``data_dir`` (or the hub) provides."""
+    suite: str | None = None
+    """Instead of ``benchmark=``: a suite (``conf/eval_suites/``: ``math_reasoning``, ``math_reasoning_full``,
+    ``grade_school``, ``code``) or a suite YAML path; one table of every member with 95% intervals
+    (``benchmarks/suite_run.py``). With ``samples=``, a folder of ``<benchmark>.jsonl`` files or a path
+    with ``*`` for the benchmark's name (``samples=refs/*.reference.jsonl``)."""
+    compare: list[str] = field(default_factory=list)
+    """Two (or more) checkpoints or hub names evaluated on the same problems and sample seeds
+    (``compare=[A,B]``, needs ``suite=``): each one's table, and B - A per benchmark with a paired
+    bootstrap interval. ``compare=[run:<run_dir>]`` takes a training run's first and last checkpoint."""
+    bootstrap: int = 1000
+    """Bootstrap replicates of every interval in a suite table (``benchmarks/intervals.py``)."""
+    confidence: float = 0.95
+    """Coverage of the intervals of a suite table."""
     model_name_or_path: str | None = None
     """Checkpoint folder (``save_pretrained`` output) or Hugging Face model name to generate with.
     On the command line ``model=X`` works too (see :func:`benchmarks.cli.model_alias`)."""
@@ -148,6 +161,8 @@ EVAL_RANGES: dict[str, Range] = {
     "score_timeout": POSITIVE,
     "score_workers": AT_LEAST_0,
     "grader_examples": AT_LEAST_0,
+    "bootstrap": AT_LEAST_1,
+    "confidence": SHARE,
     "episode.max_turns": AT_LEAST_1,
     "episode.max_tokens": AT_LEAST_1,
     "episode.retry_groups": FRACTION,
@@ -157,7 +172,7 @@ EVAL_RANGES: dict[str, Range] = {
 EVAL_FREE: dict[str, str] = {"seed": "any integer seeds the sampling"}
 """Numeric settings of ``reasoning-rl-eval`` any value of is valid, with the reason."""
 
-MODES = ("model_name_or_path", "samples", "run_dir", "write_reference_samples")
+MODES = ("model_name_or_path", "samples", "run_dir", "write_reference_samples", "compare")
 """The settings that say what to evaluate; exactly one is given."""
 
 BACKENDS = ("auto", "hf", "vllm")
@@ -176,16 +191,21 @@ def validate(cfg: EvalConfig) -> None:
     modes = [m for m in MODES if getattr(cfg, m)]
     if len(modes) != 1:
         problems.append("say what to evaluate with exactly one of model=<checkpoint or HF name>, "
-                        "samples=<file.jsonl>, run_dir=<training run folder> or write_reference_samples=<folder>; "
-                        f"got {', '.join(modes) if modes else 'none'}")
+                        "samples=<file.jsonl>, run_dir=<training run folder>, write_reference_samples=<folder> or "
+                        f"compare=[A,B]; got {', '.join(modes) if modes else 'none'}")
     count = _benchmark_count(cfg.benchmark)
-    if count == 0:
-        problems.append("benchmark= is empty; name one (benchmark=gsm8k), several (benchmark=[gsm8k,math500]) or all")
+    if cfg.suite is not None:
+        problems += _suite_problems(cfg, count)
+    elif cfg.compare:
+        problems.append("compare= evaluates checkpoints on a suite; add suite=<name> (e.g. suite=math_reasoning)")
+    elif count == 0:
+        problems.append("benchmark= is empty; name one (benchmark=gsm8k), several (benchmark=[gsm8k,math500]), "
+                        "all, or a suite (suite=math_reasoning)")
     if count > 1 and cfg.samples:
         problems.append("samples= holds one benchmark's completions; pass a single benchmark=")
     if count > 1 and cfg.data_files:
         problems.append("data_files= names one file, so it needs a single benchmark; use data_dir= for several")
-    if cfg.samples and not Path(cfg.samples).expanduser().is_file():
+    if cfg.samples and cfg.suite is None and not Path(cfg.samples).expanduser().is_file():
         problems.append(f"samples={cfg.samples}: no such file (a JSONL of task_id and completion)")
     if cfg.run_dir and not Path(cfg.run_dir).expanduser().is_dir():
         problems.append(f"run_dir={cfg.run_dir}: no such folder (a training run folder holding checkpoint-<step>/)")
@@ -207,6 +227,20 @@ def validate(cfg: EvalConfig) -> None:
         problems.append(f"backend={cfg.backend!r} is unknown; choose one of {', '.join(BACKENDS)}")
     if problems:
         raise ConfigError(problems_message(problems))
+
+
+def _suite_problems(cfg: EvalConfig, count: int) -> list[str]:
+    problems = []
+    if count:
+        problems.append("benchmark= and suite= both given; a suite names its benchmarks: pass one of them")
+    if cfg.run_dir:
+        problems.append("run_dir= with suite= is not supported; compare=[run:<run_dir>] evaluates a run's first and "
+                        "last checkpoint on the suite")
+    if cfg.compare and len(cfg.compare) < 2 and not str(cfg.compare[0]).startswith("run:"):
+        problems.append(f"compare={list(cfg.compare)} needs two checkpoints or hub names (compare=[A,B])")
+    if cfg.data_files:
+        problems.append("data_files= names one file; a suite reads its members' files from data_dir=")
+    return problems
 
 
 def register_configs() -> None:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.metrics import mean_and_stderr
+from benchmarks.metrics import format_metric, mean_and_stderr
 from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import Problem
 from reasoning_rl.tasks.definition import DatasetDefinition
@@ -134,8 +134,6 @@ def grader_sensitivity(graders: Sequence[Grader], problems: Sequence[Problem], r
 
 def grader_lines(benchmark: str, report: Mapping[str, Any]) -> list[str]:
     """The printed table: accuracy per grader, its disagreements with ``ours``, then the examples."""
-    from benchmarks.evaluate import format_metric
-
     lines = [f"graders on {benchmark}: {report['disagree_problems']} problems ({report['disagree_samples']} samples) "
              "where the graders disagree",
              f"  {'grader':<16} {'verifier':<26} {'accuracy %':>16} {'ours pass, it fails':>20} "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -64,3 +65,11 @@ def accuracy(scores: Sequence[float]) -> float:
     if not scores:
         raise ValueError("accuracy of a problem with no samples is undefined")
     return float(sum(scores)) / len(scores)
+
+
+def format_metric(m: dict[str, Any]) -> str:
+    """``"45.20 ± 2.23"`` (percent, standard error) for a metric dict."""
+    if m["num_problems"] == 0 or math.isnan(m["value"]):
+        return "n/a"
+    err = "" if math.isnan(m["stderr"]) else f" ± {100 * m['stderr']:.2f}"
+    return f"{100 * m['value']:.2f}{err}"

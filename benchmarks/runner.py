@@ -14,27 +14,22 @@ import dataclasses
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.catalog import available, get_benchmark, list_benchmarks, require_data
 from benchmarks.config import EvalConfig, validate
-from benchmarks.evaluate import (
-    RESULTS_FILE,
-    EngineSource,
-    ScoringSettings,
-    episode_line,
-    evaluate,
-    format_metric,
-    read_samples,
-)
+from benchmarks.evaluate import ScoringSettings, evaluate
 from benchmarks.graders import build_graders, grader_lines
+from benchmarks.prompting import resolve_prompting
+from benchmarks.sources import EngineSource, read_samples
+from benchmarks.summary import breakdown_lines, episode_line, result_line, write_summary
 from reasoning_rl.errors import UserError
 from reasoning_rl.run_folder import checkpoint as ckpt
-from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.tasks.data import Problem, load_problems
-from reasoning_rl.tasks.definition import DatasetDefinition, get_definition, list_definitions
+from reasoning_rl.tasks.definition import DatasetDefinition
 from reasoning_rl.tasks.scoring import grade
+from rewards import WorkerPool
 
 
 class CodeExecutionNotAllowed(UserError, RuntimeError):
@@ -50,10 +45,33 @@ def benchmark_names(value: str | Sequence[str]) -> list[str]:
     parts = value.split(",") if isinstance(value, str) else [str(v) for v in value]
     names = [n.strip() for n in parts if n.strip()]
     if names == ["all"]:
-        return list_definitions()
+        return list_benchmarks()
     if not names:
-        raise EvalRequestError(f"benchmark= is empty; choose from {', '.join(list_definitions())}")
+        raise EvalRequestError(f"benchmark= is empty; choose from {', '.join(list_benchmarks())}")
     return names
+
+
+def select_benchmarks(cfg: EvalConfig) -> list[DatasetDefinition]:
+    """The benchmarks of ``benchmark=``, checked before any model loads: ``all`` keeps those whose data
+    ``data_dir`` (or the hub) provides and says which it skipped and why; a benchmark named explicitly
+    whose data is missing is refused in one line naming the file."""
+    names = benchmark_names(cfg.benchmark)
+    specs = [get_benchmark(n) for n in names]
+    if _says_all(cfg.benchmark):
+        specs, skipped = available(specs, cfg.data_dir, cfg.split)
+        for name, reason in skipped.items():
+            print(f"benchmark=all: skipping {name}: {reason}", file=sys.stderr)
+        if not specs:
+            raise EvalRequestError(f"benchmark=all: no benchmark's data is available ({len(skipped)} skipped, "
+                                   "see above); pass data_dir=<folder with the benchmark files>")
+        return specs
+    require_data(specs, cfg.data_dir, cfg.data_files, cfg.split)
+    return specs
+
+
+def _says_all(value: str | Sequence[str]) -> bool:
+    parts = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    return [p.strip() for p in parts if p.strip()] == ["all"]
 
 
 def check_code_execution(specs: Sequence[DatasetDefinition], allowed: bool) -> None:
@@ -79,81 +97,6 @@ def model_slug(model: str) -> str:
         path = path.resolve()
         return slug(f"{path.parent.name}/{path.name}") if path.name.startswith("checkpoint-") else slug(path.name)
     return slug(model)
-
-
-@dataclass(frozen=True)
-class Prompting:
-    """How ``run_model`` prompts a model, and where each setting came from (printed and kept in results.json)."""
-
-    chat_template: bool
-    system_prompt: str | None
-    prompt_template: str | None
-    """The template of the run that trained the checkpoint, for its own task; None: the benchmark's own."""
-    sources: dict[str, str]
-    """Setting name -> where its value came from."""
-    trained: dict[str, Any] | None = None
-    """The checkpoint's ``prompting.json``, when it has one."""
-
-    def generation_notes(self, max_new_tokens: int, stop: Sequence[str]) -> list[str]:
-        """Where this evaluation generates differently from training's held-out evaluation (length, stop
-        strings), which can change a verdict: said, not silently changed."""
-        if self.trained is None:
-            return []
-        notes = []
-        trained_tokens = self.trained.get("max_new_tokens")
-        if trained_tokens is not None and trained_tokens != max_new_tokens:
-            notes.append(f"max_new_tokens={max_new_tokens} here, {trained_tokens} in training's held-out evaluation "
-                         f"(pass max_new_tokens={trained_tokens} to generate as it did)")
-        trained_stop = self.trained.get("stop")
-        if trained_stop is not None and list(trained_stop) != list(stop):
-            notes.append(f"stop strings {list(stop)} here, {list(trained_stop)} in training")
-        return notes
-
-    def describe(self) -> str:
-        template = "the benchmark's own" if self.prompt_template is None else repr(self.prompt_template)
-        values = {"chat_template": str(self.chat_template).lower(), "system_prompt": repr(self.system_prompt),
-                  "prompt_template": template}
-        by_source: dict[str, list[str]] = {}  # one parenthesis per source, in order of first use
-        for k, v in values.items():
-            by_source.setdefault(self.sources[k], []).append(f"{k}={v}")
-        return "; ".join(f"{', '.join(settings)} ({source})" for source, settings in by_source.items())
-
-
-def resolve_prompting(cfg: EvalConfig, tokenizer: Any, spec: DatasetDefinition, model: str) -> Prompting:
-    """Prompt settings for ``model`` on ``spec``: explicit eval settings first, then the checkpoint's
-    ``prompting.json`` (how training prompted it), then today's defaults for a plain model folder or hub
-    name (the chat template when the tokenizer has one, no system prompt).
-
-    ``system_prompt=""`` on the command line means "none" over a trained system prompt. The trained
-    prompt template is used only on the task it was trained on (the benchmark of the same name)."""
-    folder = Path(model).expanduser()
-    trained = ckpt.read_prompting(folder) if folder.is_dir() else None
-    origin = f"trained with, {folder / ckpt.PROMPTING_FILE}"
-    sources: dict[str, str] = {}
-    if cfg.chat_template is not None:
-        chat, sources["chat_template"] = bool(cfg.chat_template), "chat_template= given"
-    elif trained is not None and "chat_template" in trained:
-        chat, sources["chat_template"] = bool(trained["chat_template"]), origin
-    else:
-        has = bool(getattr(tokenizer, "chat_template", None))
-        chat = has
-        sources["chat_template"] = ("the tokenizer has a chat template" if has else "the tokenizer has none") + \
-            (f"; no {ckpt.PROMPTING_FILE} in the model folder" if folder.is_dir() else "")
-    if cfg.system_prompt is not None:
-        system, sources["system_prompt"] = (cfg.system_prompt or None), "system_prompt= given"
-    elif trained is not None:
-        system, sources["system_prompt"] = trained.get("system_prompt"), origin
-    else:
-        system, sources["system_prompt"] = None, "default"
-    template = None
-    if trained is not None and trained.get("task") == spec.name and trained.get("prompt_template") is not None:
-        template = str(trained["prompt_template"])
-        sources["prompt_template"] = origin
-    elif trained is not None:
-        sources["prompt_template"] = f"trained on task {trained.get('task')!r}, not {spec.name!r}"
-    else:
-        sources["prompt_template"] = "default"
-    return Prompting(chat, system, template, sources, trained)
 
 
 def make_verifier(spec: DatasetDefinition, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -182,12 +125,11 @@ def make_equivalence(verifier: Any, timeout: float, pool: Any) -> Callable[[list
 class Evaluator:
     """Holds what is shared between the benchmarks and checkpoints of one invocation."""
 
-    def __init__(self, cfg: EvalConfig) -> None:
+    def __init__(self, cfg: EvalConfig, pool: Any = None) -> None:
         self.cfg = cfg
-        self.pool = None
-        if cfg.score_workers is not None:
-            from rewards import WorkerPool
-
+        self.pool = pool
+        """Scoring worker pool (shared by the members of a suite); made here when ``score_workers`` is set."""
+        if pool is None and cfg.score_workers is not None:
             self.pool = WorkerPool(cfg.score_workers)
         self._problems: dict[tuple[str, str], tuple[list[Problem], dict[str, Any]]] = {}
 
@@ -213,10 +155,10 @@ class Evaluator:
         equivalence = make_equivalence(verifier, timeout, self.pool) if self.cfg.maj_equivalence else None
         return settings, equivalence
 
-    def run_samples(self, spec: DatasetDefinition, samples: str) -> dict[str, Any]:
+    def run_samples(self, spec: DatasetDefinition, samples: str, out: Path | None = None) -> dict[str, Any]:
         problems, dataset = self.problems(spec)
         scoring, equivalence = self.scoring(spec)
-        out = Path(self.cfg.output_dir) / slug(f"samples--{Path(samples).stem}") / spec.name
+        out = out or Path(self.cfg.output_dir) / slug(f"samples--{Path(samples).stem}") / spec.name
         return evaluate(spec, problems, read_samples(samples, problems), scoring, out, k_values=self.cfg.k,
                         overwrite=self.cfg.overwrite, answer_equivalence=equivalence,
                         header=self.header({"samples": str(Path(samples).resolve())}, dataset),
@@ -267,7 +209,7 @@ def run(cfg: EvalConfig) -> list[dict[str, Any]]:
     """Run the invocation described by ``cfg``; return the results dicts (empty when only writing samples).
     The settings are checked first (:func:`benchmarks.config.validate`: one mode, k <= n, ...)."""
     validate(cfg)
-    specs = [get_definition(n, kind="benchmark") for n in benchmark_names(cfg.benchmark)]
+    specs = select_benchmarks(cfg)
     evaluator = Evaluator(cfg)
 
     if cfg.write_reference_samples:
@@ -357,83 +299,3 @@ def _usable(folder: Path) -> bool:
     if problem is not None:
         print(f"skipping {folder}: corrupt ({problem})", file=sys.stderr)
     return problem is None
-
-
-def model_label(r: dict[str, Any]) -> str:
-    model = r.get("model", {})
-    if "samples" in model:
-        return f"samples:{Path(model['samples']).name}"
-    return str(model.get("name_or_path", "?"))
-
-
-def result_line(r: dict[str, Any]) -> str:
-    """One printed line per result: benchmark, model, correct/samples, accuracy and the other metrics."""
-    m = r["metrics"]
-    c = m["counts"]
-    extra = ", ".join(f"{name} {format_metric(v)}" for name, v in m.items()
-                      if name not in ("accuracy", "counts", "breakdown"))
-    failures = ", ".join(f"{s}={c[s]}" for s in ("unscorable", "timeout", "error") if c[s])
-    by_text = r.get("maj_votes", {}).get("completion", 0)
-    votes = (f" | maj@k: {by_text} samples vote by their completion text (the verifier reported no extracted "
-             "answer)" if by_text else "")
-    return (f"{r['benchmark']['name']} v{r['benchmark']['version']} | {model_label(r)} | "
-            f"{c['correct']}/{c['samples']} correct on {c['problems']} problems | accuracy {format_metric(m['accuracy'])}%"
-            + (f" | {extra}" if extra else "") + (f" | not scored: {failures}" if failures else "") + votes)
-
-
-def breakdown_lines(r: dict[str, Any]) -> list[str]:
-    """``  level: 1 95.35 ± 3.25 (43) | 2 ...`` per breakdown field (accuracy, percent, problem count)."""
-    lines = []
-    for field, groups in r["metrics"].get("breakdown", {}).items():
-        cells = " | ".join(f"{g} {format_metric(m)} ({m['num_problems']})" for g, m in groups.items())
-        lines.append(f"  {field}: {cells}")
-    return lines
-
-
-def grader_summary_rows(r: dict[str, Any]) -> list[str]:
-    """One summary.md row per grader of a result's grader-sensitivity report (none without one)."""
-    report = r.get("grader_sensitivity")
-    if not report:
-        return []
-    step = r["model"].get("step")
-    rows = []
-    for name, info in report["graders"].items():
-        options = ", ".join(f"{k}={v}" for k, v in info["options"].items())
-        vs = report["vs_ours"].get(name, {})
-        rows.append(f"| {model_label(r)} | {'' if step is None else step} | {r['benchmark']['name']} | {name} | "
-                    f"{info['verifier']}{f' ({options})' if options else ''} | {format_metric(report['accuracy'][name])} "
-                    f"| {vs.get('ours_pass_theirs_fail', '-')} | {vs.get('ours_fail_theirs_pass', '-')} "
-                    f"| {report['disagree_problems']} |")
-    return rows
-
-
-def write_summary(output_dir: str | Path) -> Path:
-    """Rebuild ``<output_dir>/summary.md``: one row per results.json found under the folder."""
-    import json
-
-    output_dir = Path(output_dir)
-    rows, grader_rows = [], []
-    for path in sorted(output_dir.glob(f"**/{RESULTS_FILE}")):
-        r = json.loads(path.read_text(encoding="utf-8"))
-        grader_rows += grader_summary_rows(r)
-        m = r["metrics"]
-        others = "; ".join(f"{k} {format_metric(v)}" for k, v in m.items() if k not in ("accuracy", "counts", "breakdown"))
-        c = m["counts"]
-        not_scored = c["unscorable"] + c["timeout"] + c["error"]
-        rows.append(f"| {model_label(r)} | {r['model'].get('step') if r['model'].get('step') is not None else ''} | "
-                    f"{r['benchmark']['name']} v{r['benchmark']['version']} | {c['problems']} | {c['samples']} | "
-                    f"{format_metric(m['accuracy'])} | {others} | {not_scored} | {path.parent.relative_to(output_dir)} |")
-    text = ("# Evaluation summary\n\nScores in percent ± standard error over problems.\n\n"
-            "| model | step | benchmark | problems | samples | accuracy | other metrics | not scored | folder |\n"
-            "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |\n" + "\n".join(rows) + "\n")
-    if grader_rows:
-        text += ("\n## Grader sensitivity\n\nThe same completions under each grader (`graders=`): accuracy in "
-                 "percent ± standard error, samples where the grader and `ours` differ, and the problems where the "
-                 "graders disagree (examples in each results.json, `grader_sensitivity`).\n\n"
-                 "| model | step | benchmark | grader | verifier | accuracy | ours pass, it fails | ours fails, it passes "
-                 "| problems with disagreement |\n"
-                 "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: |\n" + "\n".join(grader_rows) + "\n")
-    path = output_dir / "summary.md"
-    atomic_write_text(path, text)
-    return path
-

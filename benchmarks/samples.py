@@ -13,15 +13,23 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.catalog import available, get_benchmark, list_benchmarks
 from benchmarks.io import write_jsonl
 from reasoning_rl.tasks.data import Problem, load_problems, render
-from reasoning_rl.tasks.definition import DatasetDefinition, get_definition, list_definitions
+from reasoning_rl.tasks.definition import DatasetDefinition
+from rewards.math.verifier import list_reference
 
 CODE_CORRUPTION = "\nraise AssertionError('corrupted reference sample: this program must fail')\n"
+
+
+def answer_text(reference: Any) -> str:
+    """A reference as a completion states it: a list of answers (OlympiadBench) as ``a, b``."""
+    return list_reference(reference) if isinstance(reference, (list, tuple)) else str(reference)
 
 
 def corrupt_answer(answer: Any) -> str:
@@ -31,7 +39,7 @@ def corrupt_answer(answer: Any) -> str:
     value, and unlike ``x + 1`` it stays wrong for huge values such as ``2^{2005}``
     that a grader with a relative float tolerance calls equal to ``2^{2005} + 1``.
     """
-    text = str(answer).strip()
+    text = answer_text(answer).strip()
     if re.fullmatch(r"-?\d{1,6}", text):
         return str(int(text) + 1)
     if re.fullmatch(r"-?\d{0,6}\.\d+", text):
@@ -41,7 +49,7 @@ def corrupt_answer(answer: Any) -> str:
 
 def reference_completion(spec: DatasetDefinition, problem: Problem) -> str:
     """The benchmark's own solution rendered as a completion (``reference_completion`` template)."""
-    return render(spec.reference_completion, {**problem.row, "reference": problem.reference},
+    return render(spec.reference_completion, {**problem.row, "reference": answer_text(problem.reference)},
                   f"{spec.name} problem {problem.task_id!r}")
 
 
@@ -63,14 +71,17 @@ def write_reference_samples(spec: DatasetDefinition, problems: Sequence[Problem]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.samples", description=__doc__.split("\n\n")[0])
-    parser.add_argument("benchmarks", nargs="+", help=f"benchmark names or 'all' ({', '.join(list_definitions())})")
+    parser.add_argument("benchmarks", nargs="+", help=f"benchmark names or 'all' ({', '.join(list_benchmarks())})")
     parser.add_argument("out_dir")
     parser.add_argument("--data-dir", default=None, help="folder holding the local data files (default: hub)")
     parser.add_argument("--limit", type=int, default=None)
     args = parser.parse_args(argv)
-    names = list_definitions() if args.benchmarks == ["all"] else args.benchmarks
-    for name in names:
-        spec = get_definition(name, kind="benchmark")
+    specs = [get_benchmark(name) for name in (list_benchmarks() if args.benchmarks == ["all"] else args.benchmarks)]
+    if args.benchmarks == ["all"]:  # as benchmark=all: what the data folder (or the hub) can provide
+        specs, skipped = available(specs, args.data_dir)
+        for name, reason in skipped.items():
+            print(f"all: skipping {name}: {reason}", file=sys.stderr)
+    for spec in specs:
         problems, _ = load_problems(spec, data_dir=args.data_dir, limit=args.limit)
         for path in write_reference_samples(spec, problems, args.out_dir):
             print(f"wrote {path} ({len(problems)} problems)")

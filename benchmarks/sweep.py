@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.io import write_json
+from benchmarks.metrics import format_metric
 from reasoning_rl.run_folder.atomic import atomic_write_bytes, atomic_write_text
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -34,8 +35,6 @@ def find_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
 
 def sweep_table(rows: Sequence[dict[str, Any]], metric_names: Sequence[str]) -> str:
     """Markdown table, one line per checkpoint: step, then each metric as ``value ± stderr`` in percent."""
-    from benchmarks.evaluate import format_metric
-
     lines = ["| step | checkpoint | " + " | ".join(metric_names) + " |",
              "| ---: | --- | " + " | ".join("---:" for _ in metric_names) + " |"]
     for row in rows:

@@ -41,6 +41,9 @@ class ExtractionConfig:
     """Use what follows ``####`` (GSM8K solutions)."""
     max_chars: int = 200_000
     """Look only at the last ``max_chars`` characters (answers come at the end)."""
+    unit_label: bool = True
+    """An answer that is a number followed by a label in parentheses (ASDiv's ``9 (apples)``,
+    ``2.5 (square feet)``) is the number: the label names what is counted."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ _END_OF_TURN_RE = re.compile(r"<\|(?:im_end|im_start|endoftext|eot_id|end_of_tex
 _JOIN_GAP_RE = re.compile(r"^[\s,;+$.:()\\\[\]]*$")
 _WORD_RE = re.compile(r"[A-Za-z]+")
 _PROSE_RE = re.compile(r"[A-Za-z][A-Za-z\s,.'!-]*")
+_UNIT_LABEL_RE = re.compile(r"([-+]?\d[\d,]*(?:\.\d+)?)\s*\(\s*[A-Za-z][A-Za-z\s'.-]*\)")
 
 
 def extract_answer(text: str, config: ExtractionConfig = PRED) -> str | None:
@@ -100,10 +104,14 @@ def extract_answer(text: str, config: ExtractionConfig = PRED) -> str | None:
         return None
     found = _last_marker(text, config)
     if found is not None:
-        return found or None
-    if isinstance(config, GoldExtraction):
-        return _plain(text) if config.whole_text else None
-    return _fallback(text, config if isinstance(config, PredExtraction) else PRED)
+        answer = found or None
+    elif isinstance(config, GoldExtraction):
+        answer = _plain(text) if config.whole_text else None
+    else:
+        answer = _fallback(text, config if isinstance(config, PredExtraction) else PRED)
+    if answer is not None and config.unit_label and (labelled := _UNIT_LABEL_RE.fullmatch(answer)):
+        return labelled.group(1)
+    return answer
 
 
 def _last_marker(text: str, config: ExtractionConfig) -> str | None:

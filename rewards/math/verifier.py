@@ -2,7 +2,8 @@
 
 ``MathVerifier()(completion, reference)`` extracts the final answer of the model's
 completion and the gold answer from ``reference`` (a bare answer such as ``"42"`` or
-``"$\\frac{1}{3}$"``, or a full solution with ``\\boxed{}`` / ``#### 42``), then
+``"$\\frac{1}{3}$"``, a full solution with ``\\boxed{}`` / ``#### 42``, or a list of
+answers such as OlympiadBench's ``["$2$", "$-3$"]``, which is one list answer ``2, -3``), then
 grades them with :func:`rewards.math.grader.grade`:
 
 * ``ok`` with score 1.0 / 0.0 -- compared (no answer found in the completion is 0.0);
@@ -18,6 +19,7 @@ from typing import Any
 
 from rewards.math.extract import GOLD, PRED, STRICT_PRED, extract_answer
 from rewards.math.grader import GraderConfig, grade
+from rewards.math.normalize import strip_math_delimiters
 from rewards.registry import register_verifier
 from rewards.types import VerifierResult
 
@@ -61,6 +63,8 @@ class MathVerifier:
             reference = fields[self.answer_field]
         if reference is None or (isinstance(reference, str) and not reference.strip()):
             return VerifierResult.unscorable("the reference answer is empty")
+        if isinstance(reference, (list, tuple)):
+            reference = list_reference(reference)
         if not isinstance(reference, str):
             reference = str(reference)  # GSM8K-style integer answers
         gold = extract_answer(reference, GOLD)
@@ -85,3 +89,11 @@ class MathVerifier:
 
     def __repr__(self) -> str:
         return f"MathVerifier(strict={self.strict}, config={self.config})"
+
+
+def list_reference(answers: list[Any] | tuple[Any, ...]) -> str:
+    """Several gold answers (OlympiadBench's ``final_answer`` list) as one list answer ``a, b``:
+    each element's own answer (``$...$`` removed), joined by commas, which the grader compares
+    as an unordered list, as it does a completion's ``\\boxed{2}, \\boxed{-3}``."""
+    parts = [extract_answer(str(a), GOLD) for a in answers]
+    return ", ".join(strip_math_delimiters(p).strip() for p in parts if p)

@@ -27,7 +27,14 @@ def _message(out: subprocess.CompletedProcess, prog: str) -> list[str]:
 @pytest.mark.parametrize(("args", "expected"), [
     (["benchmark=gsm8k", "model=tiny", "n=1", "k=[1,4]"],
      "invalid configuration: k=[4] needs at least k samples per problem, but n=1: raise n to 4 or drop those k"),
-    (["model=tiny"], "benchmark is required: give benchmark=<value> on the command line"),
+    (["model=tiny"], "invalid configuration: benchmark= is empty; name one (benchmark=gsm8k), several "
+                     "(benchmark=[gsm8k,math500]), all, or a suite (suite=math_reasoning)"),
+    (["suite=math_reason", "model=tiny"],
+     "unknown suite 'math_reason'. Did you mean 'math_reasoning', 'math_reasoning_full'? Known suites: "
+     "code, grade_school, math_reasoning, math_reasoning_full"),
+    (["benchmark=aime25", "model=tiny", "data_dir=data"],
+     "aime25: data file 'data/aime25.jsonl' does not exist; get a local file aime25.jsonl"),
+    (["benchmark=stdio_code", "model=tiny", "data_dir=data"], "stdio_code: data file 'data/stdio_test.jsonl' does not exist"),
     (["benchmark=gsm8k", "model=tiny", "limt=3"], "unknown key limt (did you mean limit?)"),
     (["benchmark=gsm8k", "model=tiny", "+verifier_option.x=1"],
      "unknown key verifier_option (did you mean verifier_options?)"),
@@ -42,6 +49,13 @@ def test_eval_refuses_bad_settings_in_one_line(tmp_path, args, expected):
     (line,) = _message(_run(tmp_path, "benchmarks.cli", *args, f"output_dir={out}"), "reasoning-rl-eval")
     assert line.startswith(f"reasoning-rl-eval: {expected}")
     assert not list(out.glob("*/*/results.json"))
+
+
+def test_suite_samples_missing_a_benchmark(tmp_path, shared_data_dir):
+    (line,) = _message(_run(tmp_path, "benchmarks.cli", "suite=grade_school", "samples=.", f"data_dir={shared_data_dir}"),
+                       "reasoning-rl-eval")
+    assert line == ("reasoning-rl-eval: samples for suite grade_school: benchmark gsm8k has no samples file "
+                    "(gsm8k.jsonl does not exist); write it or drop gsm8k from a copy of the suite")
 
 
 def test_eval_output_under_a_file_names_the_path(tmp_path):

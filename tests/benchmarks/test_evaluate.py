@@ -244,7 +244,7 @@ def test_maj_at_k_votes_by_completion_when_the_verifier_reports_no_answer(tmp_pa
     assert results["metrics"]["accuracy"]["value"] == pytest.approx(0.5)
     assert results["metrics"]["maj@4"]["value"] == pytest.approx(0.5)
     assert results["maj_votes"] == {"extracted": 0, "completion": 8, "none": 0}
-    from benchmarks.runner import result_line
+    from benchmarks.summary import result_line
 
     assert "maj@k: 8 samples vote by their completion text" in result_line(results)
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from benchmarks.evaluate import EngineSource, ScoringSettings, episode_line, evaluate
+from benchmarks.evaluate import EngineSource, ScoringSettings, evaluate
+from benchmarks.summary import episode_line
 from reasoning_rl.envs import EpisodeConfig
 from reasoning_rl.rollouts.sampling import Completion, cut_at_stop
 from reasoning_rl.tasks.data import Problem

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.config import EvalConfig
-from benchmarks.evaluate import SamplesFileError, SamplesFileNotFound, read_samples
 from benchmarks.runner import run
+from benchmarks.sources import SamplesFileError, SamplesFileNotFound, read_samples
 from reasoning_rl.errors import UserError
 from reasoning_rl.tasks.data import load_problems
 from reasoning_rl.tasks.definition import get_definition

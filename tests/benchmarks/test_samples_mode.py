@@ -6,19 +6,21 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.catalog import get_benchmark
 from benchmarks.config import EvalConfig
 from benchmarks.evaluate import ScoringSettings, evaluate, read_samples
 from benchmarks.runner import CodeExecutionNotAllowed, run
 from benchmarks.samples import corrupt_answer, write_reference_samples
 from reasoning_rl.tasks.data import load_problems
-from reasoning_rl.tasks.definition import get_definition
 
-MATH_BENCHMARKS = ["math500", "gsm8k", "aime24", "arithmetic", "math"]
+MATH_BENCHMARKS = ["math500", "gsm8k", "aime24", "arithmetic", "math", "aime25", "amc23", "minerva_math",
+                   "olympiadbench", "college_math", "svamp", "asdiv", "mawps"]
 CODE_BENCHMARKS = ["humaneval", "mbpp", "mbpp_sanitized"]
 # The full sets are checked by the CLI runs recorded in docs/evaluation.md (all 100% / 0%);
 # here the larger ones are cut to their first problems to keep the suite near a minute on 2 cores
 # (this also leaves out MBPP task 123, whose reference solution alone runs 7-14 s).
-LIMITS = {"math": 300, "math500": 200, "humaneval": 80, "mbpp": 100, "mbpp_sanitized": 60}
+LIMITS = {"math": 300, "math500": 200, "humaneval": 80, "mbpp": 100, "mbpp_sanitized": 60, "minerva_math": 100,
+          "olympiadbench": 150, "college_math": 200, "svamp": 200, "asdiv": 300, "mawps": 200}
 
 
 def wrong_ids(results: dict, expected: bool) -> list[str]:
@@ -28,7 +30,7 @@ def wrong_ids(results: dict, expected: bool) -> list[str]:
 @pytest.mark.parametrize("name", MATH_BENCHMARKS + CODE_BENCHMARKS)
 def test_reference_samples_score_100_and_corrupted_0(name: str, shared_data_dir: Path, tmp_path: Path, inline_pool,
                                                      has_math_verifier, has_code_verifier, exact_match) -> None:
-    spec = get_definition(name)
+    spec = get_benchmark(name)
     if spec.requires_code_execution and not has_code_verifier:
         pytest.skip("rewards.code (the code verifier) cannot be imported yet")
     limit = LIMITS.get(name)
@@ -56,8 +58,9 @@ def test_reference_samples_score_100_and_corrupted_0(name: str, shared_data_dir:
 
 @pytest.mark.parametrize(("answer", "wrong"), [("18", "19"), ("025", "26"), ("-3", "-2"), ("0.5", "1.5"),
                                                ("\\frac{1}{2}", "(\\frac{1}{2})^2+1"),
-                                               ("2^{2005}", "(2^{2005})^2+1"), ("12345678", "(12345678)^2+1")])
-def test_corrupt_answer(answer: str, wrong: str) -> None:
+                                               ("2^{2005}", "(2^{2005})^2+1"), ("12345678", "(12345678)^2+1"),
+                                               (27.0, "28.0"), (["$2$", "$-3$"], "(2, -3)^2+1")])
+def test_corrupt_answer(answer: object, wrong: str) -> None:
     assert corrupt_answer(answer) == wrong
 
 
@@ -70,7 +73,7 @@ def test_code_benchmarks_need_the_explicit_opt_in(name: str, tmp_path: Path) -> 
 
 
 def test_samples_file_for_another_benchmark_is_refused(shared_data_dir: Path, tmp_path: Path) -> None:
-    spec = get_definition("aime24")
+    spec = get_benchmark("aime24")
     problems, _ = load_problems(spec, data_dir=shared_data_dir)
     samples = tmp_path / "s.jsonl"
     samples.write_text('{"task_id": "gsm8k/0", "completion": "1"}\n')
