@@ -25,8 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from reasoning_rl import distributed
-from reasoning_rl.config import ConfigError, TrainConfig, key_problems, register_configs, validate
-from reasoning_rl.config_checks import unknown_keys_error
+from reasoning_rl.config import TrainConfig, register_configs
+from reasoning_rl.config_checks import ConfigError, unknown_keys_error
 from reasoning_rl.entry_points import (
     as_user_error,
     is_multirun,
@@ -51,6 +51,7 @@ from reasoning_rl.run_folder.status import (
     write_status,
 )
 from reasoning_rl.trackers import finish_trackers
+from reasoning_rl.validation import key_problems, validate
 
 log = logging.getLogger("reasoning_rl")
 
@@ -70,7 +71,7 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
 
     Hydra refuses an unknown key written plainly (``algo.grop_size=4``), but ``+algo.grop_size=4``
     adds it, and OmegaConf would keep it as a stray attribute that nothing reads:
-    :func:`~reasoning_rl.config.key_problems` refuses it with the closest known key. ``algo``
+    :func:`~reasoning_rl.validation.key_problems` refuses it with the closest known key. ``algo``
     becomes the chosen algorithm's own dataclass (``algo.name`` through the registry): already
     so when its YAML lists ``<name>_schema``; otherwise its values are merged into that
     dataclass here."""

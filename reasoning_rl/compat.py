@@ -2,7 +2,7 @@
 
 Each :class:`Rule` names the two things it keeps apart, when it applies (a predicate on the composed
 ``TrainConfig`` and the number of processes), why, and what to do. :func:`problems` is the one place
-these refusals come from (``reasoning_rl.config.validate`` adds them to its ``ConfigError``; the run
+these refusals come from (``reasoning_rl.validation.validate`` adds them to its ``ConfigError``; the run
 loop calls :func:`refuse` once the number of processes is known), and docs/compatibility.md is made
 from :data:`RULES` and the algorithms' :class:`~reasoning_rl.algo.base.Capabilities`
 (:func:`markdown`; a test fails when the page differs).
@@ -183,6 +183,8 @@ def markdown() -> str:
              "| algo.name | " + " | ".join(CAPABILITY_NAMES) + " |",
              "|---|" + "---|" * len(CAPABILITY_NAMES)]
     for name in list_algorithms():
+        if not get_algorithm(name).algorithm.__module__.startswith("reasoning_rl."):
+            continue  # the page documents the built-in algorithms; a plugin's are its own to document
         caps = get_algorithm(name).config_class.capabilities
         lines.append(f"| {name} | " + " | ".join("yes" if getattr(caps, k) else "no" for k in CAPABILITY_NAMES) + " |")
     lines += ["", "## What cannot run together", "", "| setting | cannot run with | why |", "|---|---|---|"]

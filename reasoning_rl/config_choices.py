@@ -1,7 +1,7 @@
 """The allowed values of ``reasoning-rl-train``'s text settings, as ``config_checks.TRAIN_RANGES`` is for
 its numbers: :data:`TRAIN_CHOICES` (settings with a fixed set of values, each from the module that uses
 it) and :data:`TRAIN_TEXT` (every other text setting, with the rule that checks it or why any value is
-fine). ``reasoning_rl.config.validate`` checks them before anything runs (docs/errors.md)."""
+fine). ``reasoning_rl.validation.validate`` checks them before anything runs (docs/errors.md)."""
 
 from __future__ import annotations
 

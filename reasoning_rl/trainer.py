@@ -43,7 +43,8 @@ import torch
 from reasoning_rl import compat, distributed
 from reasoning_rl.algo.base import Algorithm, RunContext
 from reasoning_rl.algo.registry import get_algorithm
-from reasoning_rl.config import ConfigError, TrainConfig, validate
+from reasoning_rl.config import TrainConfig
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.evaluation.during_training import DuringTraining
 from reasoning_rl.memory import memory_report
 from reasoning_rl.policy.loading import apply_memory_settings, load_model, load_pretrained
@@ -59,6 +60,7 @@ from reasoning_rl.run_folder.atomic import atomic_write_text
 from reasoning_rl.run_folder.log import open_run_log
 from reasoning_rl.run_folder.metrics_log import plot_training_curves, read_metrics, with_heldout_ends
 from reasoning_rl.tasks import Task
+from reasoning_rl.validation import validate
 from reasoning_rl.warmstart import supervised_warm_start
 from rewards.pool import WorkerPool
 

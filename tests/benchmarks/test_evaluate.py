@@ -102,7 +102,7 @@ def test_prompts_fewshot_and_chat_template(shared_data_dir: Path) -> None:
 
 
 def test_exactly_one_thing_to_evaluate(tmp_path: Path) -> None:
-    from reasoning_rl.config import ConfigError
+    from reasoning_rl.config_checks import ConfigError
     from reasoning_rl.errors import UserError
 
     with pytest.raises(ConfigError, match="exactly one of model=") as err:

@@ -10,7 +10,7 @@ import torch
 
 from reasoning_rl.algo.batch import ReferenceJob, reference_rows
 from reasoning_rl.async_checks import reference_refusal
-from reasoning_rl.config import ConfigError, validate
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.policy.loading import load_model
 from reasoning_rl.rollouts.async_engine import (
     AsyncEngine,
@@ -25,6 +25,7 @@ from reasoning_rl.rollouts.prompt_sampler import PromptSampler
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.run_folder.checkpoint import load_trainer_state
 from reasoning_rl.run_folder.metrics_log import read_metrics
+from reasoning_rl.validation import validate
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import _train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented

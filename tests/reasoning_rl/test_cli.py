@@ -11,7 +11,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from reasoning_rl.cli import to_train_config
-from reasoning_rl.config import TrainConfig, register_configs, validate
+from reasoning_rl.config import TrainConfig, register_configs
+from reasoning_rl.validation import validate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("task", "model", "algo", "rollout")}

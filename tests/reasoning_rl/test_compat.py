@@ -10,7 +10,8 @@ from reasoning_rl import compat
 from reasoning_rl.algo.dpo import DPOConfig
 from reasoning_rl.algo.ppo import PPOConfig
 from reasoning_rl.algo.sft import SFTConfig
-from reasoning_rl.config import ConfigError, validate
+from reasoning_rl.config_checks import ConfigError
+from reasoning_rl.validation import validate
 from tests.reasoning_rl.conftest import tiny_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

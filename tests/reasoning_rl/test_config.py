@@ -125,7 +125,8 @@ def test_unknown_algorithm_name_lists_the_known_ones():
 
 
 def test_an_unknown_policy_runtime_is_refused_before_the_run_starts():
-    from reasoning_rl.config import ConfigError, validate
+    from reasoning_rl.config_checks import ConfigError
+    from reasoning_rl.validation import validate
 
     with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
         cfg = compose(config_name="train", overrides=["model.runtime=fast"])

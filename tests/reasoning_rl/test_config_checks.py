@@ -12,10 +12,11 @@ from benchmarks.config import EVAL_FREE, EVAL_RANGES, EvalConfig
 from benchmarks.config import validate as validate_eval
 from reasoning_rl.algo.registry import get_algorithm, list_algorithms
 from reasoning_rl.cli import to_train_config
-from reasoning_rl.config import ConfigError, TrainConfig, key_problems, register_configs, validate
+from reasoning_rl.config import TrainConfig, register_configs
 from reasoning_rl.config_checks import (
     TRAIN_FREE,
     TRAIN_RANGES,
+    ConfigError,
     Range,
     declared_ranges,
     free_form_fields,
@@ -26,6 +27,7 @@ from reasoning_rl.config_checks import (
 from reasoning_rl.config_choices import TRAIN_CHOICES, TRAIN_TEXT
 from reasoning_rl.entry_points import as_user_error, hydra_message, user_errors_exit
 from reasoning_rl.errors import StorageError, UserError
+from reasoning_rl.validation import key_problems, validate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
@@ -259,7 +261,8 @@ def test_user_errors_exit_with_code_2_and_bugs_pass_through(capsys, monkeypatch)
 def test_a_range_declared_by_a_field_is_checked():
     # the corrections' options declare their ranges beside them (CorrectionConfig), not in TRAIN_RANGES
     from reasoning_rl.algo.grpo_config import GRPOConfig
-    from reasoning_rl.config import ConfigError, validate
+    from reasoning_rl.config_checks import ConfigError
+    from reasoning_rl.validation import validate
     from tests.reasoning_rl.conftest import tiny_config
 
     assert str(declared_ranges(GRPOConfig, "algo.")["algo.correction.c"]) == "> 0"

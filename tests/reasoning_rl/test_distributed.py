@@ -20,13 +20,15 @@ import torch
 from reasoning_rl import distributed
 from reasoning_rl.algo.aggregation import LossNormalizer
 from reasoning_rl.algo.optim import clip_and_measure
-from reasoning_rl.config import ConfigError, TrainConfig, validate
+from reasoning_rl.config import TrainConfig
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.distributed import process_group
 from reasoning_rl.policy.loading import ModelConfig, TinyModelConfig, load_model, load_pretrained
 from reasoning_rl.rollouts.prompt_sampler import PromptSampler
 from reasoning_rl.run_folder.checkpoint import STATE_FILE, list_checkpoints
 from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import check_world_size
+from reasoning_rl.validation import validate
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 
 WORKER = Path(__file__).with_name("dist_worker.py")

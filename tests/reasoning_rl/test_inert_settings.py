@@ -7,8 +7,10 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from reasoning_rl.cli import to_train_config
-from reasoning_rl.config import ConfigError, TrainConfig, register_configs, validate
+from reasoning_rl.config import TrainConfig, register_configs
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.inert_settings import INERT, inert_settings, value_and_default
+from reasoning_rl.validation import validate
 from tests.conftest import REPO_ROOT
 
 CONF = REPO_ROOT / "conf"

@@ -5,12 +5,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from reasoning_rl.config import ConfigError, validate
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.policy.engines import NativeEngine
 from reasoning_rl.policy.loading import load_model
 from reasoning_rl.rollouts.inject import InjectConfig, InjectedEngine, inject_engine, perturb_
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.run_folder.metrics_log import read_metrics
+from reasoning_rl.validation import validate
 from tests.reasoning_rl.conftest import _train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented
 

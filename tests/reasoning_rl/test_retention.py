@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from reasoning_rl.cli import format_eval_table
-from reasoning_rl.config import ConfigError, validate
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.evaluation.heldout import evaluate_heldout
 from reasoning_rl.policy.engines import HFEngine
 from reasoning_rl.policy.loading import load_pretrained
@@ -16,6 +16,7 @@ from reasoning_rl.reporting.report import RunRecord, format_table
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example, get_definition, load_problems
 from reasoning_rl.trainer import Trainer
+from reasoning_rl.validation import validate
 from rewards.compose import CompositeReward, RewardSpec
 from tests.reasoning_rl.conftest import _train
 

@@ -18,7 +18,8 @@ import pytest
 import torch
 import yaml
 
-from reasoning_rl.config import ConfigError, RolloutConfig
+from reasoning_rl.config import RolloutConfig
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.policy.engines import HFEngine, make_engine
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.policy.logprobs import frozen_logprobs

@@ -11,9 +11,10 @@ import yaml
 from hydra import compose, initialize_config_module
 
 from reasoning_rl.cli import share_the_cores, to_train_config
-from reasoning_rl.config import TrainConfig, register_configs, validate
+from reasoning_rl.config import TrainConfig, register_configs
 from reasoning_rl.reporting import report
 from reasoning_rl.run_folder.lock import RunFolderConflict, prepare_run_folder
+from reasoning_rl.validation import validate
 from tests.reasoning_rl.conftest import TINY_OVERRIDES
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from reasoning_rl.config import ConfigError
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.policy.vllm.availability import require_vllm
 
 log = logging.getLogger(__name__)

@@ -19,11 +19,12 @@ from reasoning_rl.algo.losses import KLPenaltyConfig
 from reasoning_rl.algo.ppo import PPO, PPOConfig, build_critic
 from reasoning_rl.batching import pack
 from reasoning_rl.cli import to_train_config
-from reasoning_rl.config import TrainConfig, register_configs, validate
+from reasoning_rl.config import TrainConfig, register_configs
 from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from reasoning_rl.run_folder.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state
 from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
+from reasoning_rl.validation import validate
 from rewards.compose import RewardSpec
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import tiny_config

@@ -148,9 +148,9 @@ def _compose(overrides):
 
 
 def test_the_real_model_presets_compose_and_validate():
-    from reasoning_rl.config import validate
     from reasoning_rl.config_checks import ConfigError
     from reasoning_rl.envs.registry import check_options
+    from reasoning_rl.validation import validate
 
     gsm = _compose(["task=gsm8k_tool", "model=smollm2-135m"])
     validate(gsm)

@@ -11,7 +11,7 @@ pytest.importorskip("peft")
 
 from reasoning_rl.algo.optim import build_optimizer
 from reasoning_rl.batching import pack
-from reasoning_rl.config import ConfigError, validate
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.memory import training_state_bytes
 from reasoning_rl.policy.loading import ModelConfig, TinyModelConfig, load_model, load_pretrained
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs
@@ -22,6 +22,7 @@ from reasoning_rl.policy.lora import (
     merged_state_dict,
     trainable_parameters,
 )
+from reasoning_rl.validation import validate
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 
 TINY = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)

@@ -11,12 +11,13 @@ from reasoning_rl import compat
 from reasoning_rl.algo.optim import step_optimizer
 from reasoning_rl.algo.ppo import PPOConfig
 from reasoning_rl.batching import pack
-from reasoning_rl.config import ConfigError, validate
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.policy.lm_head import set_chunk
 from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.policy.logprobs import completion_logprobs
 from reasoning_rl.policy.precision import MixedPrecision, precision_problems, sampling_dtype
 from reasoning_rl.trainer import Trainer
+from reasoning_rl.validation import validate
 from tests.conftest import assert_close_up_to_rounding
 
 PROMPTS = [[5, 6, 7, 8]] * 2 + [[9, 10]] * 2

@@ -158,7 +158,7 @@ def test_the_algorithm_says_what_it_samples_next(small_cfg, tmp_path):
                                   fields=[dict(e.fields) for e in examples])
         assert trainer.algorithm.samples_per_prompt() == small_cfg.algo.group_size == 4
         assert Algorithm.next_request(trainer.algorithm, 3, examples) is None  # the default: no prefetch
-        assert Algorithm.samples_per_prompt(trainer.algorithm) == 1
+        assert Algorithm.samples_per_prompt(trainer.algorithm) == small_cfg.algo.samples_per_prompt()  # the settings say
         trainer.context.cfg.algo = PPOConfig(group_size=2)
         ppo = PPO(trainer.context)
         assert ppo.next_request(0, examples).n == 2 == ppo.samples_per_prompt()

@@ -191,7 +191,8 @@ def test_the_preset_reads_task_data_dir_and_masks_observations():
     from hydra import compose, initialize_config_module
 
     from reasoning_rl.cli import to_train_config
-    from reasoning_rl.config import register_configs, validate
+    from reasoning_rl.config import register_configs
+    from reasoning_rl.validation import validate
 
     register_configs()
     with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):

@@ -5,8 +5,10 @@ import importlib.util
 
 import pytest
 
-from reasoning_rl.config import ConfigError, TrainConfig, validate
+from reasoning_rl.config import TrainConfig
+from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.trackers import TRACKERS, logger_problems
+from reasoning_rl.validation import validate
 
 
 def test_an_unknown_logger_lists_the_known_ones():
