@@ -9,18 +9,15 @@ carry its config dataclass as ``config_class``.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import import_module, metadata
+from typing import Any
 
 from reasoning_rl.algo.base import AlgoConfig, Algorithm
 from reasoning_rl.errors import UserError
+from reasoning_rl.registry import Registry
 
 ENTRY_POINT_GROUP = "reasoning_rl.algorithms"
-BUILTIN_MODULES = ("reasoning_rl.algo.grpo", "reasoning_rl.algo.ppo", "reasoning_rl.algo.sft", "reasoning_rl.algo.rft",
-                   "reasoning_rl.algo.dpo")
-"""Modules whose import registers the built-in algorithms."""
 
 
 class AlgorithmNotFoundError(UserError, KeyError):
@@ -34,8 +31,23 @@ class AlgorithmEntry:
     config_class: type[AlgoConfig]
 
 
-_REGISTRY: dict[str, AlgorithmEntry] = {}
-_loaded = False
+class _Algorithms(Registry[AlgorithmEntry]):
+    """The registry's entries pair the class with its config dataclass; a plugin's class carries it as
+    ``config_class``."""
+
+    def add_plugin(self, name: str, obj: Any) -> None:
+        register_algorithm(name, obj.config_class)(obj)
+
+
+ALGORITHMS = _Algorithms(
+    "algorithm", ENTRY_POINT_GROUP,
+    # Modules whose import registers the built-in algorithms.
+    {"grpo": "reasoning_rl.algo.grpo", "ppo": "reasoning_rl.algo.ppo", "sft": "reasoning_rl.algo.sft",
+     "rft": "reasoning_rl.algo.rft", "dpo": "reasoning_rl.algo.dpo"},
+    not_found=AlgorithmNotFoundError,
+    how_to_add=f"Register one with @register_algorithm(name, ConfigClass) or an entry point in the "
+               f"{ENTRY_POINT_GROUP!r} group (docs/algorithms.md).")
+"""Every algorithm by name (:class:`reasoning_rl.registry.Registry`)."""
 
 
 def register_algorithm(name: str, config_class: type[AlgoConfig]) -> Callable[[type[Algorithm]], type[Algorithm]]:
@@ -46,39 +58,17 @@ def register_algorithm(name: str, config_class: type[AlgoConfig]) -> Callable[[t
     def decorate(cls: type[Algorithm]) -> type[Algorithm]:
         if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
             raise TypeError(f"algorithm {name!r}: {cls!r} is not a subclass of reasoning_rl.algo.base.Algorithm")
-        if name in _REGISTRY and _REGISTRY[name].algorithm is not cls:
-            raise ValueError(f"algorithm {name!r} is already registered by {_REGISTRY[name].algorithm.__module__}; "
-                             "choose another name")
-        _REGISTRY[name] = AlgorithmEntry(name, cls, config_class)
+        ALGORITHMS.add(name, AlgorithmEntry(name, cls, config_class), identity=cls)
         return cls
 
     return decorate
 
 
-def _load() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in BUILTIN_MODULES:
-        import_module(module)
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name not in _REGISTRY:
-            cls = ep.load()
-            register_algorithm(ep.name, cls.config_class)(cls)
-
-
 def get_algorithm(name: str) -> AlgorithmEntry:
-    """The algorithm registered as ``name``; an unknown name lists the known ones."""
-    _load()
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise AlgorithmNotFoundError(f"unknown algorithm algo.name={name!r}.{hint} "
-                                 f"Known algorithms: {', '.join(list_algorithms())}")
+    """The algorithm registered as ``name`` (``algo.name``); an unknown name lists the known ones."""
+    return ALGORITHMS.get(name)
 
 
 def list_algorithms() -> list[str]:
-    _load()
-    return sorted(_REGISTRY)
+    """Every algorithm name, built-in and plugged in, sorted."""
+    return ALGORITHMS.names()
