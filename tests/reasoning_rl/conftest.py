@@ -54,14 +54,26 @@ def small_cfg() -> TrainConfig:
     return tiny_config()
 
 
-def _train(cfg, run_dir):
+def _train(cfg, run_dir, before_train=None):
+    """Train ``cfg`` in ``run_dir`` in this process: (trainer, summary); ``before_train(trainer)`` runs first."""
     from reasoning_rl.trainer import Trainer
 
     trainer = Trainer(cfg, run_dir)
     try:
+        if before_train is not None:
+            before_train(trainer)
         return trainer, trainer.train()
     finally:
         trainer.close()
+
+
+def compose_train(overrides, hydra=False):
+    """``conf/train.yaml`` composed with ``overrides`` as the CLI would (a DictConfig; with Hydra's own
+    config when ``hydra``)."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
+        return compose(config_name="train", overrides=overrides, return_hydra_config=hydra)
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from reasoning_rl.cli import to_train_config
 from reasoning_rl.config import TrainConfig, register_configs
 from reasoning_rl.validation import validate
+from tests.reasoning_rl.conftest import compose_train
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("task", "model", "algo", "rollout")}
@@ -23,22 +23,17 @@ def _schemas():
     register_configs()
 
 
-def _compose(overrides):
-    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
-        return compose(config_name="train", overrides=overrides)
-
-
 @pytest.mark.parametrize("group, name", [(g, n) for g, names in GROUPS.items() for n in names])
 def test_every_shipped_config_composes_and_validates(group, name):
-    cfg = to_train_config(_compose([f"{group}={name}"]))
+    cfg = to_train_config(compose_train([f"{group}={name}"]))
     assert isinstance(cfg, TrainConfig)
     validate(cfg)
 
 
 def test_variant_presets():
-    dapo = to_train_config(_compose(["algo=dapo"])).algo
+    dapo = to_train_config(compose_train(["algo=dapo"])).algo
     assert (dapo.kl.beta, dapo.policy_loss.eps_high, dapo.loss_aggregation) == (0.0, 0.28, "token_mean")
-    dr = to_train_config(_compose(["algo=dr_grpo"])).algo
+    dr = to_train_config(compose_train(["algo=dr_grpo"])).algo
     assert (dr.advantage.estimator, dr.loss_aggregation) == ("dr_grpo", "constant")
 
 
@@ -58,29 +53,29 @@ def test_default_run_recipe_applies_to_its_combination_only():
     def settings(cfg):
         return {name: functools.reduce(getattr, name.split("."), cfg) for name in tuned}
 
-    default = to_train_config(_compose([]))
+    default = to_train_config(compose_train([]))
     assert (default.algo.name, default.task.name, default.model.name_or_path) == ("grpo", "arithmetic", "tiny")
     assert settings(default) == tuned
     assert default.algo.kl.beta > 0  # the paper's structure: KL to the reference stays
     # `~recipe` drops it: the schema's and presets' values come back, and they differ from the recipe's.
-    bare = settings(to_train_config(_compose(["~recipe"])))
+    bare = settings(to_train_config(compose_train(["~recipe"])))
     assert all(bare[name] != value for name, value in tuned.items())
     # Another algorithm, task or model on the same defaults: the recipe is left out.
-    assert settings(to_train_config(_compose(["algo=dapo"]))) != tuned
-    qwen = settings(to_train_config(_compose(["model=qwen2.5-0.5b-instruct"])))
+    assert settings(to_train_config(compose_train(["algo=dapo"]))) != tuned
+    qwen = settings(to_train_config(compose_train(["model=qwen2.5-0.5b-instruct"])))
     assert qwen == bare
     # The command line beats the recipe.
-    assert to_train_config(_compose(["algo.kl.beta=0.0", "trainer.steps=5"])).algo.kl.beta == 0.0
+    assert to_train_config(compose_train(["algo.kl.beta=0.0", "trainer.steps=5"])).algo.kl.beta == 0.0
 
 
 def test_typo_in_override_names_the_key():
     with pytest.raises(Exception, match="group_sise"):
-        _compose(["algo.group_sise=4"])
+        compose_train(["algo.group_sise=4"])
 
 
 def test_wrong_type_is_rejected():
     with pytest.raises(Exception, match="group_size"):
-        _compose(["algo.group_size=many"])
+        compose_train(["algo.group_size=many"])
 
 
 TINY = [

@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
 
 from benchmarks.config import EVAL_FREE, EVAL_RANGES, EvalConfig
 from benchmarks.config import validate as validate_eval
@@ -28,6 +27,7 @@ from reasoning_rl.config_choices import TRAIN_CHOICES, TRAIN_TEXT
 from reasoning_rl.entry_points import as_user_error, hydra_message, user_errors_exit
 from reasoning_rl.errors import StorageError, UserError
 from reasoning_rl.validation import key_problems, validate
+from tests.reasoning_rl.conftest import compose_train
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
@@ -170,11 +170,6 @@ def test_unknown_keys_name_the_closest_known_one_and_free_form_groups_are_left_a
     assert len(problems) == 3
 
 
-def _compose(overrides):
-    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
-        return compose(config_name="train", overrides=overrides)
-
-
 @pytest.mark.parametrize(("override", "message"), [
     ("+algo.grop_size=4", "unknown key algo.grop_size (did you mean algo.group_size?)"),
     ("+trainer.foo=1", "unknown key trainer.foo (trainer has: "),
@@ -182,14 +177,14 @@ def _compose(overrides):
                                          "(did you mean evaluation.samples_per_problem?)"),
 ])
 def test_a_typo_added_with_plus_is_refused(override, message):
-    cfg = _compose([override])  # Hydra accepts it: `+` adds any key
+    cfg = compose_train([override])  # Hydra accepts it: `+` adds any key
     with pytest.raises(ConfigError) as info:
         to_train_config(cfg)
     assert str(info.value).startswith(message)
 
 
 def test_free_form_keys_added_with_plus_are_accepted():
-    cfg = to_train_config(_compose(["+task.source_kwargs.max_operand=9", "+task.data_files.train=/tmp/x.jsonl"]))
+    cfg = to_train_config(compose_train(["+task.source_kwargs.max_operand=9", "+task.data_files.train=/tmp/x.jsonl"]))
     assert cfg.task.source_kwargs == {"max_operand": 9} and cfg.task.data_files == {"train": "/tmp/x.jsonl"}
 
 

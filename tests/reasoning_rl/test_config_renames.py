@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from reasoning_rl.algo.grpo_config import GRPOConfig
@@ -16,12 +15,7 @@ from reasoning_rl.cli import to_train_config
 from reasoning_rl.config_renames import RENAMED, renamed_key_message, rewrite_text, upgrade_saved_config
 from reasoning_rl.run_folder.lock import prepare_run_folder
 from reasoning_rl.run_folder.status import config_differences, write_status
-from tests.reasoning_rl.conftest import TINY_OVERRIDES
-
-
-def _compose(overrides):
-    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
-        return compose(config_name="train", overrides=overrides)
+from tests.reasoning_rl.conftest import TINY_OVERRIDES, compose_train
 
 
 def _field(schema: type, dotted: str) -> dataclasses.Field | None:
@@ -71,13 +65,13 @@ def test_an_old_key_is_refused_in_one_line_naming_the_new_one(tmp_path, args, ol
 
 
 def test_dpo_keeps_its_own_beta():
-    cfg = to_train_config(_compose(["algo=dpo", "algo.beta=0.2"]))
+    cfg = to_train_config(compose_train(["algo=dpo", "algo.beta=0.2"]))
     assert cfg.algo.beta == 0.2
 
 
 @pytest.mark.parametrize("algo", ["grpo", "dapo", "clip_cov", "ppo", "dpo", "sft"])
 def test_a_run_folder_written_before_the_rename_has_the_same_settings(tmp_path, algo):
-    cfg = _compose([*TINY_OVERRIDES, f"algo={algo}"])
+    cfg = compose_train([*TINY_OVERRIDES, f"algo={algo}"])
     resolved = OmegaConf.to_container(cfg, resolve=True)
     before = {**resolved, "algo": _flat(resolved["algo"])}
     train_cfg = to_train_config(cfg)

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_module
 
 from reasoning_rl.cli import share_the_cores, to_train_config
 from reasoning_rl.config import TrainConfig, register_configs
 from reasoning_rl.reporting import report
 from reasoning_rl.run_folder.lock import RunFolderConflict, prepare_run_folder
 from reasoning_rl.validation import validate
-from tests.reasoning_rl.conftest import TINY_OVERRIDES
+from tests.reasoning_rl.conftest import TINY_OVERRIDES, compose_train
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 TINY = [*TINY_OVERRIDES, "trainer.steps=3", "trainer.save_every=2"]
@@ -24,11 +23,6 @@ TINY = [*TINY_OVERRIDES, "trainer.steps=3", "trainer.save_every=2"]
 @pytest.fixture(scope="module", autouse=True)
 def _schemas():
     register_configs()
-
-
-def _compose(overrides, hydra=False):
-    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
-        return compose(config_name="train", overrides=overrides, return_hydra_config=hydra)
 
 
 def _sweep(sweep_dir, *overrides):
@@ -103,14 +97,14 @@ def test_sweep_layout_failures_report_and_relaunch(tmp_path):
 
 
 def test_a_folder_holding_another_run_is_refused(tmp_path):
-    cfg = _compose(TINY)
+    cfg = compose_train(TINY)
     from omegaconf import OmegaConf
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(resolved))
     (tmp_path / "status.json").write_text(json.dumps({"status": "finished"}))
     assert prepare_run_folder(tmp_path, resolved, to_train_config(cfg)) is True  # same settings: skip
-    other = OmegaConf.to_container(_compose([*TINY, "algo.kl.beta=0.5"]), resolve=True)
+    other = OmegaConf.to_container(compose_train([*TINY, "algo.kl.beta=0.5"]), resolve=True)
     with pytest.raises(RunFolderConflict, match=r"algo\.kl\.beta"):
         prepare_run_folder(tmp_path, other, to_train_config(cfg))
 
@@ -131,7 +125,7 @@ def test_parallel_runs_share_the_cores(monkeypatch):
     ("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher", "timeout_min", 240),
 ])
 def test_launchers_compose_without_a_cluster(launcher, target, key, value):
-    cfg = _compose([f"hydra/launcher={launcher}"], hydra=True)
+    cfg = compose_train([f"hydra/launcher={launcher}"], hydra=True)
     assert cfg.hydra.launcher._target_ == target and cfg.hydra.launcher[key] == value
 
 
@@ -142,8 +136,8 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 def test_every_experiment_composes_validates_and_states_its_command(name):
     text = (CONF / "experiment" / f"{name}.yaml").read_text()
     assert f"reasoning-rl-train experiment={name}" in text.splitlines()[1]
-    validate(to_train_config(_compose([f"experiment={name}"])))
-    hydra = _compose([f"experiment={name}"], hydra=True).hydra
+    validate(to_train_config(compose_train([f"experiment={name}"])))
+    hydra = compose_train([f"experiment={name}"], hydra=True).hydra
     assert str(hydra.mode) == "RunMode.MULTIRUN" and hydra.sweeper.params
     assert hydra.sweep.dir == f"sweeps/{name}"  # fixed: relaunching resumes the same sweep
 

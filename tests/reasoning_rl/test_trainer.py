@@ -10,16 +10,8 @@ from reasoning_rl.run_folder.checkpoint import latest_checkpoint, list_checkpoin
 from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
-from tests.reasoning_rl.conftest import assert_runs_train_alike
+from tests.reasoning_rl.conftest import _train, assert_runs_train_alike
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented
-
-
-def _train(cfg, run_dir):
-    trainer = Trainer(cfg, run_dir)
-    try:
-        return trainer, trainer.train()
-    finally:
-        trainer.close()
 
 
 @pytest.mark.numerics

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from hydra import compose, initialize_config_module
 
 from reasoning_rl.algo import get_algorithm
 from reasoning_rl.algo.losses import KLPenaltyConfig
@@ -27,7 +26,7 @@ from reasoning_rl.trainer import Trainer
 from reasoning_rl.validation import validate
 from rewards.compose import RewardSpec
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
-from tests.reasoning_rl.conftest import tiny_config
+from tests.reasoning_rl.conftest import _train, compose_train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, documented_for, undocumented
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
@@ -40,11 +39,6 @@ PPO_METRICS = documented_for("PPO")
 @pytest.fixture(scope="module", autouse=True)
 def _schemas():
     register_configs()
-
-
-def _compose(overrides):
-    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
-        return compose(config_name="train", overrides=overrides)
 
 
 # -- config ----------------------------------------------------------------------------------------
@@ -64,12 +58,12 @@ def test_schema_defaults_equal_the_yaml():
 
 
 def test_algo_ppo_composes_and_validates():
-    cfg = to_train_config(_compose(["algo=ppo", "algo.critic=value_head"]))
+    cfg = to_train_config(compose_train(["algo=ppo", "algo.critic=value_head"]))
     assert isinstance(cfg.algo, PPOConfig)
     assert (cfg.algo.name, cfg.algo.critic, cfg.algo.group_size) == ("ppo", "value_head", 1)
     validate(cfg)
     with pytest.raises(Exception, match="lamda"):
-        _compose(["algo=ppo", "algo.lamda=0.9"])
+        compose_train(["algo=ppo", "algo.lamda=0.9"])
 
 
 def test_problems_name_every_bad_key():
@@ -120,14 +114,6 @@ def _ppo_cfg(small_cfg, **algo) -> TrainConfig:
     options.update(algo)
     return TrainConfig(task=small_cfg.task, model=small_cfg.model, rollout=small_cfg.rollout,
                        trainer=small_cfg.trainer, evaluation=small_cfg.evaluation, algo=PPOConfig(**options))
-
-
-def _train(cfg, run_dir):
-    trainer = Trainer(cfg, run_dir)
-    try:
-        return trainer, trainer.train()
-    finally:
-        trainer.close()
 
 
 @pytest.mark.numerics

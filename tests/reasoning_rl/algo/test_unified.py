@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from hydra import compose, initialize_config_module
 
 from reasoning_rl.algo import get_algorithm
 from reasoning_rl.algo.dpo import DPO, DPOConfig, make_pairs
@@ -23,7 +22,7 @@ from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
 from reasoning_rl.validation import validate
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
-from tests.reasoning_rl.conftest import assert_runs_train_alike
+from tests.reasoning_rl.conftest import _train, assert_runs_train_alike, compose_train
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 
@@ -31,11 +30,6 @@ CONF = Path(__file__).resolve().parents[3] / "conf"
 @pytest.fixture(scope="module", autouse=True)
 def _schemas():
     register_configs()
-
-
-def _compose(overrides):
-    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
-        return compose(config_name="train", overrides=overrides)
 
 
 def _cfg(cfg, algo, steps=4):
@@ -47,16 +41,6 @@ def _cfg(cfg, algo, steps=4):
     else:
         cfg.algo = dataclasses.replace(algo, prompts_per_step=2, group_size=4, **common)
     return cfg
-
-
-def _train(cfg, run_dir, before_train=None):
-    trainer = Trainer(cfg, run_dir)
-    try:
-        if before_train is not None:
-            before_train(trainer)
-        return trainer, trainer.train()
-    finally:
-        trainer.close()
 
 
 # -- config ----------------------------------------------------------------------------------------
@@ -89,8 +73,8 @@ def test_presets_compose_with_the_budget_of_grpo(preset, cls, identity):
     """Each unified-paradigm preset composes to its own module and trains on as many sequences a step
     as GRPO does on the same task and model (the comparison is at equal budget); the numbers
     themselves are the recipes' to choose, so they are read from GRPO's composition, not pinned."""
-    grpo = to_train_config(_compose([])).algo
-    cfg = to_train_config(_compose([f"algo={preset}"]))
+    grpo = to_train_config(compose_train([])).algo
+    cfg = to_train_config(compose_train([f"algo={preset}"]))
     assert isinstance(cfg.algo, cls)
     assert {k: getattr(cfg.algo, k) for k in identity} == identity
     assert _sequences_per_step(cfg.algo) == _sequences_per_step(grpo)
@@ -112,7 +96,7 @@ def test_unified_paradigm_preset_sweeps_every_method_with_64_samples():
     params = yaml.safe_load(text)["hydra"]["sweeper"]["params"]
     assert params["algo"].split(",") == ["sft", "rft", "online_rft", "dpo", "ppo", "grpo"]
     for algo in params["algo"].split(","):
-        cfg = to_train_config(_compose(["experiment=unified_paradigm", f"algo={algo}"]))
+        cfg = to_train_config(compose_train(["experiment=unified_paradigm", f"algo={algo}"]))
         validate(cfg)
         assert cfg.evaluation.samples_per_problem == 64 and cfg.trainer.steps == 200
         sampled = 0 if algo == "sft" else cfg.algo.prompts_per_step * cfg.algo.group_size

@@ -5,13 +5,13 @@ end-of-turn token (EOS) hands a code_feedback attempt to the tests instead of en
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_module
 
 from reasoning_rl.envs import EpisodeConfig
 from reasoning_rl.envs.chat import ChatObservationError, chat_observation, observation_tokens
 from reasoning_rl.envs.episode import EpisodeEngine
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example
+from tests.reasoning_rl.conftest import compose_train
 
 from .conftest import ScriptedEngine, build_bpe_tokenizer
 
@@ -138,13 +138,12 @@ def test_a_tokenizer_without_a_chat_template_is_refused_with_what_to_do():
         "task.episode.observation_role='assistant' is unknown; choose one of inline, user, tool"]
 
 
-def _compose(overrides):
+def _train_config(overrides):
     from reasoning_rl.cli import to_train_config
     from reasoning_rl.config import register_configs
 
     register_configs()
-    with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):
-        return to_train_config(compose(config_name="train", overrides=overrides))
+    return to_train_config(compose_train(overrides))
 
 
 def test_the_real_model_presets_compose_and_validate():
@@ -152,11 +151,11 @@ def test_the_real_model_presets_compose_and_validate():
     from reasoning_rl.envs.registry import check_options
     from reasoning_rl.validation import validate
 
-    gsm = _compose(["task=gsm8k_tool", "model=smollm2-135m"])
+    gsm = _train_config(["task=gsm8k_tool", "model=smollm2-135m"])
     validate(gsm)
     assert (gsm.task.name, gsm.task.env, gsm.task.episode.observation_role) == ("gsm8k_tool", "python_tool", "inline")
     assert gsm.task.use_chat_template and gsm.rollout.max_new_tokens == 256
-    mbpp = _compose(["task=mbpp_feedback", "model=smollm2-135m"])
+    mbpp = _train_config(["task=mbpp_feedback", "model=smollm2-135m"])
     validate(mbpp)
     assert (mbpp.task.env, mbpp.task.episode.observation_role, mbpp.task.episode.max_turns) == (
         "code_feedback", "user", 3)
@@ -164,9 +163,9 @@ def test_the_real_model_presets_compose_and_validate():
     check_options("code_feedback", dict(mbpp.task.episode.options))  # every option is the environment's
     # Chat turns after a raw prompt are refused before the run starts.
     with pytest.raises(ConfigError, match=r"task\.use_chat_template=true"):
-        validate(_compose(["task=mbpp_feedback", "task.use_chat_template=false"]))
+        validate(_train_config(["task=mbpp_feedback", "task.use_chat_template=false"]))
     with pytest.raises(ConfigError, match="observation_role='system' is unknown"):
-        validate(_compose(["task=mbpp_feedback", "task.episode.observation_role=system"]))
+        validate(_train_config(["task=mbpp_feedback", "task.episode.observation_role=system"]))
 
 
 def test_the_worked_example_of_the_gsm8k_tool_prompt_is_what_python_tool_answers():
