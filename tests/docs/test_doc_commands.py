@@ -1,0 +1,148 @@
+"""Every command README.md and docs/*.md show runs as written, at small size (docs/index.md).
+
+``test_doc_command_runs`` runs each collected command (tests/docs/conftest.py) in a page's own working folder,
+in page order, so a command may use what an earlier one on the page wrote (a warm start's checkpoint, a sweep
+that ``reasoning-rl-report`` then reads). The folder holds ``../shared/data`` (a link to the shared data) and the
+files a reader is asked to bring (``user_files``). One set of shortening arguments per script is appended, so a
+later value wins over the page's: few steps, small limits, no warm start, the tiny model's size. The loop
+variables of a reproduction script (``for s in 0 1 2; do``) take their first value.
+
+It takes tens of minutes on 2 cores, so the main suite skips it; ``.ci/run`` runs it as its own step:
+``REASONING_RL_DOC_COMMANDS=1 python -m pytest tests/docs -m doc_commands``. The checks that need no run
+(markers, placeholders) are in the main suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SHARED_DATA
+from tests.docs.conftest import CONSOLE_SCRIPTS, SKIP_REASONS, DocCommand, collect_doc_commands
+from tests.reasoning_rl.conftest import TINY_OVERRIDES
+
+COMMANDS = collect_doc_commands()
+RUN_ENV = "REASONING_RL_DOC_COMMANDS"
+PLACEHOLDER = re.compile(r"<[a-z_]+>")
+
+SHORTEN: dict[str, list[str]] = {
+    "reasoning-rl-train": [*TINY_OVERRIDES, "trainer.save_every=2"],
+    "reasoning-rl-eval": ["limit=2", "max_new_tokens=8", "batch_size=4", "progress=false"],
+    "reasoning-rl-report": [],
+    "reasoning-rl-export": [],
+}
+"""Arguments appended to every command of a script (the page's own values come first, so these win)."""
+
+SHORTEN_BENCH: dict[str, list[str]] = {
+    "train": ["--steps", "2", "--warmup-steps", "1", "--rounds", "1", "--max-new", "4", "--dataset-size", "32",
+              "--prompts-per-step", "2"],
+    "math": [], "math-equiv": [],
+    "code": ["--rounds", "1"], "code-exec": ["--rounds", "1"],
+    "memory": ["--size", "tiny", "--steps", "1"],
+    "lmhead": ["--layers", "1", "--prompt-tokens", "16", "--completion-tokens", "16", "--rounds", "2"],
+    "gpu": ["--steps", "1"],
+    "plan": [],
+    "async": ["--steps", "3", "--rounds", "1", "--no-warm-start", "--workdir", "bench_async"],
+    "episode-cache": ["--rounds", "1", "--prompts", "2", "--n", "2", "--turns", "2"],
+    "stop-in-loop": ["--rounds", "1", "--prompts", "2", "--n", "2", "--turns", "2"],
+}
+"""reasoning-rl-bench: per subcommand (its flags differ), plus --no-results for every one."""
+
+
+def _steps_at_most(command: str, limit: int) -> str:
+    """`trainer.steps=N` -> at most `limit` (a page's `trainer.steps=0` warm start keeps writing checkpoint-0)."""
+    steps = [int(s) for s in re.findall(r"(?<![\w.])trainer\.steps=(\d+)", command)]
+    return f"trainer.steps={min([*steps, limit])}"
+
+
+def shortened(cmd: DocCommand) -> str:
+    """The command without its trailing comment, with the small-size arguments appended."""
+    words = shlex.split(cmd.text, comments=True, posix=False)
+    script = next(w for w in words if w in CONSOLE_SCRIPTS)
+    body = " ".join(words)
+    if script == "reasoning-rl-train":
+        extra = [*SHORTEN[script], _steps_at_most(body, 2)]
+    elif script == "reasoning-rl-bench":
+        sub = words[words.index(script) + 1]
+        extra = [*SHORTEN_BENCH.get(sub, []), "--no-results"]
+    else:
+        extra = SHORTEN[script]
+    return " ".join([body, *map(shlex.quote, extra)])
+
+
+def user_files(folder: Path) -> None:
+    """The files the pages ask a reader to bring, made up here (their names as the pages write them)."""
+    (folder / "notes.txt").write_text("a file where a folder is expected\n")
+    stdio = [{"question": "Print the sum of the two numbers on the line.", "inputs": ["1 2\n"], "outputs": ["3\n"]},
+             {"question": "Print the input line reversed.", "inputs": ["abc\n"], "outputs": ["cba\n"]}]
+    for name in ("train.jsonl", "test.jsonl"):
+        (folder / name).write_text("".join(json.dumps(r) + "\n" for r in stdio))
+    humaneval = [json.loads(line) for line in (SHARED_DATA / "humaneval.jsonl").read_text().splitlines()[:2]]
+    samples = [{"task_id": p["task_id"], "completion": p["canonical_solution"]} for p in humaneval]
+    for name in ("samples.jsonl", "completions.jsonl"):
+        (folder / name).write_text("".join(json.dumps(s) + "\n" for s in samples))
+
+
+@pytest.fixture(scope="module")
+def page_folders(tmp_path_factory) -> dict[str, Path]:
+    return {}
+
+
+def page_folder(page: str, folders: dict[str, Path], factory) -> Path:
+    """The page's working folder: ``work/`` beside ``shared/data``, so ``../shared/data`` resolves."""
+    if page not in folders:
+        root = factory.mktemp(Path(page).stem)
+        (root / "shared").mkdir()
+        (root / "shared" / "data").symlink_to(SHARED_DATA)
+        (root / "work").mkdir()
+        user_files(root / "work")
+        folders[page] = root / "work"
+    return folders[page]
+
+
+def test_every_skip_marker_names_a_known_reason():
+    unknown = [f"{c.id}: {c.skip!r}" for c in COMMANDS if c.skip is not None and c.skip not in SKIP_REASONS]
+    assert not unknown, f"doc-test skip reasons must be one of {sorted(SKIP_REASONS)}: {unknown}"
+    unexplained = [c.id for c in COMMANDS if c.skip is not None and not c.skip_why]
+    assert not unexplained, f"a skip marker says why after its reason ('skip gpu: <why>'): {unexplained}"
+
+
+def test_commands_are_collected_from_readme_and_docs():
+    pages = {c.page for c in COMMANDS}
+    assert "README.md" in pages and len(pages) > 10
+    assert any(c.text.split(" #")[0].strip() == "reasoning-rl-train" for c in COMMANDS if c.page == "README.md")
+
+
+@pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.skip is None], ids=lambda c: c.id)
+def test_placeholders_are_ones_the_test_fills(cmd: DocCommand):
+    """A runnable command names a reader's own file by a name the test creates, not by ``<something>``."""
+    assert not PLACEHOLDER.findall(cmd.text.split(" #")[0]), (
+        f"{cmd.id}: {cmd.text!r} has a placeholder the test cannot fill: write a command that runs "
+        f"(a folder an earlier command on the page writes) or mark it '# doc-test: skip <reason>: <why>'")
+
+
+@pytest.mark.doc_commands
+@pytest.mark.skipif(not os.environ.get(RUN_ENV), reason=f"runs every documented command: set {RUN_ENV}=1")
+@pytest.mark.skipif(SHARED_DATA is None, reason="../shared/data not found")
+@pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.skip is None], ids=lambda c: c.id)
+def test_doc_command_runs(cmd: DocCommand, page_folders, tmp_path_factory):
+    folder = page_folder(cmd.page, page_folders, tmp_path_factory)
+    # The loop headers and assignments above the command in its block, each loop stopped at its first value.
+    setup = [line.split(";")[0] + "; do break; done" if line.startswith("for ") else line for line in cmd.setup]
+    script = "; ".join([*setup, shortened(cmd)])
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    out = subprocess.run(["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=1200)
+    tail = (out.stdout + out.stderr)[-3000:]
+    assert out.returncode == cmd.expect_exit, f"{cmd.id}: exit {out.returncode}, the page expects " \
+        f"{cmd.expect_exit}\n$ {script}\n{tail}"
+    if cmd.expect_exit == 2:
+        assert out.stderr.strip().splitlines()[-1].split(":")[0] in CONSOLE_SCRIPTS, tail
