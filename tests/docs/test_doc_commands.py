@@ -146,3 +146,10 @@ def test_doc_command_runs(cmd: DocCommand, page_folders, tmp_path_factory):
         f"{cmd.expect_exit}\n$ {script}\n{tail}"
     if cmd.expect_exit == 2:
         assert out.stderr.strip().splitlines()[-1].split(":")[0] in CONSOLE_SCRIPTS, tail
+
+
+def test_testing_md_lists_the_skip_reasons():
+    """docs/testing.md's table of reasons is SKIP_REASONS, word for word."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    table = re.findall(r"^\| `([\w-]+)` \| (.*?) \|$", text.split("| reason | when |", 1)[1], flags=re.M)
+    assert dict(table) == SKIP_REASONS

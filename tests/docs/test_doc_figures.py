@@ -84,3 +84,10 @@ def test_memory_md_planner_predictions(experiment, command):
     assert rows, f"docs/memory.md has no row for experiment={experiment} as shipped at {device_gb} GB"
     stated = float(rows[0][6].split()[0])
     assert stated == round(peak, 1), f"docs/memory.md says {stated} GB for {experiment}; the planner prints {peak}"
+
+
+def test_index_lists_every_page_once():
+    index = (REPO / "docs" / "index.md").read_text()
+    linked = re.findall(r"^- \[(\w+\.md)\]\(\1\): ", index, flags=re.M)
+    pages = sorted(p.name for p in (REPO / "docs").glob("*.md") if p.name != "index.md")
+    assert sorted(linked) == pages
