@@ -66,7 +66,7 @@ def shortened(cmd: DocCommand) -> str:
     """The command without its trailing comment, with the small-size arguments appended."""
     words = shlex.split(cmd.text, comments=True, posix=False)
     script = next(w for w in words if w in CONSOLE_SCRIPTS)
-    body = " ".join(words)
+    body = " ".join(words)  # for trainer.steps only
     if script == "reasoning-rl-train":
         extra = [*SHORTEN[script], _steps_at_most(body, 2)]
     elif script == "reasoning-rl-bench":
@@ -74,7 +74,11 @@ def shortened(cmd: DocCommand) -> str:
         extra = [*SHORTEN_BENCH.get(sub, []), "--no-results"]
     else:
         extra = SHORTEN[script]
-    return " ".join([body, *map(shlex.quote, extra)])
+    # The arguments go before any redirection, pipe or `&` (a page's runs side by side run one at a time here).
+    end = next((i for i, w in enumerate(words) if w in ("&", "|", ";", "&&") or re.match(r"^\d?[<>]", w)),
+               len(words))
+    tail = [w for w in words[end:] if w != "&"]
+    return " ".join([*words[:end], *map(shlex.quote, extra), *tail])
 
 
 def user_files(folder: Path) -> None:
