@@ -31,7 +31,7 @@ CONSOLE_SCRIPTS: tuple[str, ...] = tuple(tomllib.loads((REPO / "pyproject.toml")
 SKIP_REASONS: dict[str, str] = {
     "gpu": "needs a CUDA GPU",
     "cluster": "needs a Slurm cluster or several machines",
-    "hub": "needs a model or data set from the Hugging Face hub (no network here)",
+    "network": "needs the network: a model or data set from the Hugging Face hub, an online tracker",
     "extra": "needs an optional extra that neither `.[dev]` nor `.ci/run` installs (trl, vllm)",
     "user-data": "needs data only a user has (their own files, not creatable by the test)",
 }

@@ -81,6 +81,20 @@ def shortened(cmd: DocCommand) -> str:
     return " ".join([*words[:end], *map(shlex.quote, extra), *tail])
 
 
+def existing_checkpoints(script: str, folder: Path) -> str:
+    """``<path>checkpoint-<N>`` -> the newest ``<path>checkpoint-<M>`` there is, when the shortened run (or
+    the evaluation of it) stopped before step N: its final checkpoint is the one the page means."""
+
+    def newest(match: re.Match) -> str:
+        prefix, step = match.group(1), match.group(2)
+        if (folder / f"{prefix}{step}").exists():
+            return match.group(0)
+        steps = [int(p.name.rsplit("-", 1)[1]) for p in folder.glob(f"{prefix}*") if p.name.rsplit("-", 1)[1].isdigit()]
+        return f"{prefix}{max(steps)}" if steps else match.group(0)
+
+    return re.sub(r"(?<![\w/$~])([\w./-]*checkpoint-)(\d+)\b", newest, script)
+
+
 def user_files(folder: Path) -> None:
     """The files the pages ask a reader to bring, made up here (their names as the pages write them)."""
     (folder / "notes.txt").write_text("a file where a folder is expected\n")
@@ -140,7 +154,7 @@ def test_doc_command_runs(cmd: DocCommand, page_folders, tmp_path_factory):
     folder = page_folder(cmd.page, page_folders, tmp_path_factory)
     # The loop headers and assignments above the command in its block, each loop stopped at its first value.
     setup = [line.split(";")[0] + "; do break; done" if line.startswith("for ") else line for line in cmd.setup]
-    script = "; ".join([*setup, shortened(cmd)])
+    script = existing_checkpoints("; ".join([*setup, shortened(cmd)]), folder)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
@@ -157,3 +171,18 @@ def test_testing_md_lists_the_skip_reasons():
     text = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
     table = re.findall(r"^\| `([\w-]+)` \| (.*?) \|$", text.split("| reason | when |", 1)[1], flags=re.M)
     assert dict(table) == SKIP_REASONS
+
+
+def test_no_command_hides_in_an_indented_block():
+    """An indented code block is not collected: a command shown in one is fenced (```bash) instead."""
+    from tests.docs.conftest import _FENCE, documented_pages, starts_with_console_script
+
+    hidden = []
+    for path in documented_pages():
+        fenced = False
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            fenced = not fenced if _FENCE.match(line) else fenced
+            text = line.strip().removeprefix("$ ")
+            if not fenced and line.startswith("    ") and starts_with_console_script(text):
+                hidden.append(f"{path.name}:{n}")
+    assert not hidden, f"commands in indented blocks (fence them as ```bash): {hidden}"
