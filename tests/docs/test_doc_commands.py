@@ -23,9 +23,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import SHARED_DATA
-from tests.docs.conftest import CONSOLE_SCRIPTS, SKIP_REASONS, DocCommand, collect_doc_commands
+from tests.docs.conftest import REPO, CONSOLE_SCRIPTS, SKIP_REASONS, DocCommand, collect_doc_commands
 from tests.reasoning_rl.conftest import TINY_OVERRIDES
 
 COMMANDS = collect_doc_commands()
@@ -62,6 +63,29 @@ def _steps_at_most(command: str, limit: int) -> str:
     return f"trainer.steps={min([*steps, limit])}"
 
 
+def _swept(value: str) -> bool:
+    return "," in value and not value.startswith(("[", "{", "'[", '"')) and "(" not in value
+
+
+def smaller_sweep(words: list[str]) -> list[str]:
+    """A sweep cut to 2 runs: the first swept setting keeps its first two values, every other one its first.
+
+    The swept settings are the command's own `key=a,b,c` and those of an experiment preset's
+    `hydra.sweeper.params` (a value on the command line wins over the preset's, as in Hydra's sweeper)."""
+    if "hydra.mode=RUN" in words:
+        return words
+    presets = [w.split("=", 1)[1] for w in words if w.startswith("experiment=")]
+    params: dict[str, str] = {}
+    for name in presets:
+        preset = yaml.safe_load((REPO / "conf" / "experiment" / f"{name}.yaml").read_text()) or {}
+        params.update({k: str(v) for k, v in ((preset.get("hydra") or {}).get("sweeper") or {}).get("params", {}).items()})
+    own = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in words if "=" in w and _swept(w.split("=", 1)[1])}
+    params.update(own)
+    keep = {k: v.split(",")[: 2 if i == 0 else 1] for i, (k, v) in enumerate(params.items())}
+    out = [f"{w.split('=', 1)[0]}={','.join(keep[w.split('=', 1)[0]])}" if w.split("=", 1)[0] in own else w for w in words]
+    return out + [f"{k}={','.join(v)}" for k, v in keep.items() if k not in own]
+
+
 def shortened(cmd: DocCommand) -> str:
     """The command without its trailing comment, with the small-size arguments appended."""
     words = shlex.split(cmd.text, comments=True, posix=False)
@@ -69,6 +93,7 @@ def shortened(cmd: DocCommand) -> str:
     body = " ".join(words)  # for trainer.steps only
     if script == "reasoning-rl-train":
         extra = [*SHORTEN[script], _steps_at_most(body, 2)]
+        words = smaller_sweep(words)
     elif script == "reasoning-rl-bench":
         sub = words[words.index(script) + 1]
         extra = [*SHORTEN_BENCH.get(sub, []), "--no-results"]
