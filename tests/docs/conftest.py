@@ -1,6 +1,6 @@
-"""The commands README.md and docs/*.md show, collected for tests/docs/test_doc_commands.py.
+"""The commands README.md and docs/*.md show, collected for tests/docs/test_doc_commands.py (docs/testing.md).
 
-What counts as a command (docs/index.md, "Commands in the docs are tested"):
+What counts as a command (docs/testing.md, "Commands in the docs are tested"):
 
 - in a fenced block marked ``bash``/``sh``/``shell``: every line (joined over trailing backslashes) that starts
   with a project console script, after optional environment assignments (``HF_HUB_OFFLINE=1``) and wrappers
@@ -19,9 +19,10 @@ or in the table row.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Every command README.md and docs/*.md show runs as written, at small size (docs/index.md).
+"""Every command README.md and docs/*.md show runs as written, at small size (docs/testing.md).
 
 ``test_doc_command_runs`` runs each collected command (tests/docs/conftest.py) in a page's own working folder,
 in page order, so a command may use what an earlier one on the page wrote (a warm start's checkpoint, a sweep
@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from tests.conftest import SHARED_DATA
-from tests.docs.conftest import REPO, CONSOLE_SCRIPTS, SKIP_REASONS, DocCommand, collect_doc_commands
+from tests.docs.conftest import CONSOLE_SCRIPTS, REPO, SKIP_REASONS, DocCommand, collect_doc_commands
 from tests.reasoning_rl.conftest import TINY_OVERRIDES
 
 COMMANDS = collect_doc_commands()
