@@ -211,3 +211,18 @@ def test_no_command_hides_in_an_indented_block():
             if not fenced and line.startswith("    ") and starts_with_console_script(text):
                 hidden.append(f"{path.name}:{n}")
     assert not hidden, f"commands in indented blocks (fence them as ```bash): {hidden}"
+
+
+CONFIG_GROUPS = ("algo", "task", "model", "rollout", "experiment", "recipe")
+
+
+@pytest.mark.parametrize("cmd", [c for c in COMMANDS if re.search(r"reasoning-rl-(train|bench plan)", c.text)
+                                 and c.expect_exit == 0],
+                         ids=lambda c: c.id)
+def test_config_choices_named_by_a_command_exist(cmd: DocCommand):
+    """`algo=X`, `task=X`, `model=X`, ... in a training command name a file of conf/<group>/ (or a folder)."""
+    for group, value in re.findall(rf"(?<![\w./+~])({'|'.join(CONFIG_GROUPS)})=([\w.-]+)(?=\s|$)", cmd.text):
+        for choice in value.split(","):
+            known = sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml"))
+            assert choice in known or "/" in choice or "$" in choice, (
+                f"{cmd.id}: {group}={choice} is not in conf/{group}/ ({', '.join(known)})")
