@@ -5,8 +5,9 @@ What counts as a command (docs/testing.md, "Commands in the docs are tested"):
 - in a fenced block marked ``bash``/``sh``/``shell``: every line (joined over trailing backslashes) that starts
   with a project console script, after optional environment assignments (``HF_HUB_OFFLINE=1``) and wrappers
   (``nice -n 19``, ``/usr/bin/time -v``);
-- in any other fenced block without a language: lines written ``$ <command>`` (a terminal transcript); when the
-  next line is the script's own one-line error (``reasoning-rl-train: ...``) the command must exit 2;
+- in a fenced block without a language: lines that start with a console script, with or without a ``$ `` prompt
+  (a terminal transcript; the script's own output lines start ``<script>:``); when the next line is the script's
+  one-line error (``reasoning-rl-train: ...``) the command must exit 2;
 - in a Markdown table with a ``command`` column: each inline code span in that column that starts with a console
   script.
 
@@ -95,10 +96,8 @@ def _block_commands(page: str, lines: list[str], start: int, lang: str, block_ma
             pending = _marker(text) or pending
             continue
         transcript = lang not in SHELL_LANGUAGES
-        if transcript:
-            if not text.startswith("$ "):
-                continue
-            text = text[2:].strip()
+        if transcript:  # a `$ ` prompt, or a line that starts with the script (its output starts `script:`)
+            text = text.removeprefix("$ ").strip()
         if not starts_with_console_script(text):
             if re.match(r"^(for \w+ in .*?;\s*do\b|[A-Za-z_]\w*=)", text):
                 setup.append(text)

@@ -131,6 +131,9 @@ def user_files(folder: Path) -> None:
     samples = [{"task_id": p["task_id"], "completion": p["canonical_solution"]} for p in humaneval]
     for name in ("samples.jsonl", "completions.jsonl"):
         (folder / name).write_text("".join(json.dumps(s) + "\n" for s in samples))
+    # A dataset definition of one's own (docs/tasks.md): arithmetic_wide's, under another name.
+    wide = (REPO / "reasoning_rl" / "tasks" / "definitions" / "arithmetic_wide.yaml").read_text()
+    (folder / "my_task.yaml").write_text(wide.replace("name: arithmetic_wide", "name: my_task"))
 
 
 @pytest.fixture(scope="module")
