@@ -99,7 +99,7 @@ def _block_commands(page: str, lines: list[str], start: int, lang: str, block_ma
         if transcript:  # a `$ ` prompt, or a line that starts with the script (its output starts `script:`)
             text = text.removeprefix("$ ").strip()
         if not starts_with_console_script(text):
-            if re.match(r"^(for \w+ in .*?;\s*do\b|[A-Za-z_]\w*=)", text):
+            if re.match(r"^(for \w+ in .*?;\s*do\b|[A-Za-z_]\w*=|cp |mkdir )", text):  # variables, files
                 setup.append(text)
             continue
         expect = 0
