@@ -123,8 +123,9 @@ def existing_checkpoints(script: str, folder: Path) -> str:
 def user_files(folder: Path) -> None:
     """The files the pages ask a reader to bring, made up here (their names as the pages write them)."""
     (folder / "notes.txt").write_text("a file where a folder is expected\n")
-    stdio = [{"question": "Print the sum of the two numbers on the line.", "inputs": ["1 2\n"], "outputs": ["3\n"]},
-             {"question": "Print the input line reversed.", "inputs": ["abc\n"], "outputs": ["cba\n"]}]
+    stdio = [{"id": "sum", "question": "Print the sum of the two numbers on the line.", "inputs": ["1 2\n"],
+              "outputs": ["3\n"]},
+             {"id": "reverse", "question": "Print the input line reversed.", "inputs": ["abc\n"], "outputs": ["cba\n"]}]
     for name in ("train.jsonl", "test.jsonl"):
         (folder / name).write_text("".join(json.dumps(r) + "\n" for r in stdio))
     humaneval = [json.loads(line) for line in (SHARED_DATA / "humaneval.jsonl").read_text().splitlines()[:2]]
