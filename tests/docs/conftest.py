@@ -99,8 +99,10 @@ def _block_commands(page: str, lines: list[str], start: int, lang: str, block_ma
         if transcript:  # a `$ ` prompt, or a line that starts with the script (its output starts `script:`)
             text = text.removeprefix("$ ").strip()
         if not starts_with_console_script(text):
-            if re.match(r"^(for \w+ in .*?;\s*do\b|[A-Za-z_]\w*=|cp |mkdir )", text):  # variables, files
-                setup.append(text)
+            if re.match(r"^done\b", text) and any(line.startswith("for ") for line in setup):  # a loop ends
+                setup.pop(max(k for k, line in enumerate(setup) if line.startswith("for ")))
+            elif re.match(r"^(for \w+ in .*?;\s*do\b|[A-Za-z_]\w*=|cp |mkdir )", text):  # variables, files
+                setup.append(re.sub(r"\s+#.*$", "", text))
             continue
         expect = 0
         if transcript and i < len(lines) and not _FENCE.match(lines[i]):

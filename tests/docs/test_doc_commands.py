@@ -120,6 +120,16 @@ def existing_checkpoints(script: str, folder: Path) -> str:
     return re.sub(r"(?<![\w/$~])([\w./-]*checkpoint-)(\d+)\b", newest, script)
 
 
+def with_setup(cmd: DocCommand) -> str:
+    """The shortened command inside the loops above it in its block, after the block's assignments and file
+    copies; as a sweep, the first loop runs its first two values, every other loop its first."""
+    loops = [re.match(r"for (\w+) in (.*?);\s*do\b", line) for line in cmd.setup if line.startswith("for ")]
+    heads = [f"for {m.group(1)} in {' '.join(m.group(2).split()[: 2 if i == 0 else 1])}; do" for i, m in enumerate(loops)]
+    body = shortened(cmd) + (" || exit $?" if loops else "")
+    rest = [line for line in cmd.setup if not line.startswith("for ")]
+    return "; ".join([*rest, " ".join([*heads, body]) + "; done" * len(loops)])
+
+
 def user_files(folder: Path) -> None:
     """The files the pages ask a reader to bring, made up here (their names as the pages write them)."""
     (folder / "notes.txt").write_text("a file where a folder is expected\n")
@@ -181,9 +191,7 @@ def test_placeholders_are_ones_the_test_fills(cmd: DocCommand):
 @pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.skip is None], ids=lambda c: c.id)
 def test_doc_command_runs(cmd: DocCommand, page_folders, tmp_path_factory):
     folder = page_folder(cmd.page, page_folders, tmp_path_factory)
-    # The loop headers and assignments above the command in its block, each loop stopped at its first value.
-    setup = [line.split(";")[0] + "; do break; done" if line.startswith("for ") else line for line in cmd.setup]
-    script = existing_checkpoints("; ".join([*setup, shortened(cmd)]), folder)
+    script = existing_checkpoints(with_setup(cmd), folder)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
