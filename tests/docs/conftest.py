@@ -40,7 +40,7 @@ SKIP_REASONS: dict[str, str] = {
 """The only reasons a documented command may give for not being run by the test (docs/index.md)."""
 
 SHELL_LANGUAGES = {"bash", "sh", "shell", "console"}
-_FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
+_FENCE = re.compile(r"^\s*(`{3,})([^`\s]*)\s*$")  # an opening fence's backticks and language
 _MARKER = re.compile(r"doc-test:\s*skip\s+([\w-]+)\s*(?::\s*(.*?))?\s*(?:-->)?\s*$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=\S*$")
 _WRAPPERS = {"nice", "/usr/bin/time", "time", "-v", "-n", "19"}
@@ -79,16 +79,33 @@ def _marker(text: str) -> tuple[str, str] | None:
     return (match.group(1), match.group(2) or "") if match else None
 
 
-def _block_commands(page: str, lines: list[str], start: int, lang: str, block_marker) -> list[DocCommand]:
-    """Commands of one fenced block whose first content line is ``lines[start]`` (0-based)."""
+def fenced_blocks(lines: list[str]) -> list[tuple[int, int, str]]:
+    """(first content line, line of the closing fence, language) of each fenced block, 0-based; a block opened by
+    N backticks closes at a line of at least N backticks alone (so ```` blocks may hold ``` lines)."""
+    blocks, i = [], 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if opening:
+            ticks = len(opening.group(1))
+            j = i + 1
+            while j < len(lines) and not ((m := _FENCE.match(lines[j])) and len(m.group(1)) >= ticks and not m.group(2)):
+                j += 1
+            blocks.append((i + 1, j, opening.group(2).lower()))
+            i = j
+        i += 1
+    return blocks
+
+
+def _block_commands(page: str, lines: list[str], start: int, end: int, lang: str, block_marker) -> list[DocCommand]:
+    """Commands of one fenced block: content lines ``lines[start:end]`` (0-based)."""
     commands: list[DocCommand] = []
     setup: list[str] = []
     pending = block_marker
     i = start
-    while i < len(lines) and not _FENCE.match(lines[i]):
+    while i < end:
         first = i
         text = lines[i].strip()
-        while text.endswith("\\") and i + 1 < len(lines):
+        while text.endswith("\\") and i + 1 < end:
             i += 1
             text = text[:-1].rstrip() + " " + lines[i].strip()
         i += 1
@@ -105,7 +122,7 @@ def _block_commands(page: str, lines: list[str], start: int, lang: str, block_ma
                 setup.append(re.sub(r"\s+#.*$", "", text))
             continue
         expect = 0
-        if transcript and i < len(lines) and not _FENCE.match(lines[i]):
+        if transcript and i < end:
             script = next(w for w in text.split() if w in CONSOLE_SCRIPTS)
             expect = 2 if lines[i].strip().startswith(f"{script}:") else 0
         reason, why = pending if pending else (None, "")
@@ -141,19 +158,11 @@ def collect_doc_commands() -> list[DocCommand]:
     for path in documented_pages():
         page = str(path.relative_to(REPO))
         lines = path.read_text().splitlines()
-        i = 0
-        while i < len(lines):
-            fence = _FENCE.match(lines[i])
-            if fence:
-                lang = fence.group(2).lower()
-                before = lines[i - 1] if i > 0 else ""
-                block_marker = _marker(before) if before.lstrip().startswith("<!--") else None
-                if lang in SHELL_LANGUAGES or lang in ("", "text"):
-                    commands += _block_commands(page, lines, i + 1, lang, block_marker)
-                i += 1
-                while i < len(lines) and not _FENCE.match(lines[i]):
-                    i += 1
-            i += 1
+        for first, end, lang in fenced_blocks(lines):
+            before = lines[first - 2] if first >= 2 else ""
+            block_marker = _marker(before) if before.lstrip().startswith("<!--") else None
+            if lang in SHELL_LANGUAGES or lang in ("", "text"):
+                commands += _block_commands(page, lines, first, end, lang, block_marker)
         commands += _table_commands(page, lines)
     return commands
 

@@ -213,16 +213,16 @@ def test_testing_md_lists_the_skip_reasons():
 
 def test_no_command_hides_in_an_indented_block():
     """An indented code block is not collected: a command shown in one is fenced (```bash) instead."""
-    from tests.docs.conftest import _FENCE, documented_pages, starts_with_console_script
+    from tests.docs.conftest import documented_pages, fenced_blocks, starts_with_console_script
 
     hidden = []
     for path in documented_pages():
-        fenced = False
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            fenced = not fenced if _FENCE.match(line) else fenced
+        lines = path.read_text().splitlines()
+        fenced = {n for first, end, _ in fenced_blocks(lines) for n in range(first - 1, end + 1)}
+        for n, line in enumerate(lines):
             text = line.strip().removeprefix("$ ")
-            if not fenced and line.startswith("    ") and starts_with_console_script(text):
-                hidden.append(f"{path.name}:{n}")
+            if n not in fenced and line.startswith("    ") and starts_with_console_script(text):
+                hidden.append(f"{path.name}:{n + 1}")
     assert not hidden, f"commands in indented blocks (fence them as ```bash): {hidden}"
 
 
