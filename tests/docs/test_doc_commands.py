@@ -113,7 +113,7 @@ def existing_checkpoints(script: str, folder: Path) -> str:
 
     def newest(match: re.Match) -> str:
         prefix, step = match.group(1), match.group(2)
-        if (folder / f"{prefix}{step}").exists():
+        if prefix.startswith("/") or (folder / f"{prefix}{step}").exists():  # absolute: not a page's run
             return match.group(0)
         steps = [int(p.name.rsplit("-", 1)[1]) for p in folder.glob(f"{prefix}*") if p.name.rsplit("-", 1)[1].isdigit()]
         return f"{prefix}{max(steps)}" if steps else match.group(0)
