@@ -8,8 +8,9 @@ What counts as a command (docs/testing.md, "Commands in the docs are tested"):
 - in a fenced block without a language: lines that start with a console script, with or without a ``$ `` prompt
   (a terminal transcript; the script's own output lines start ``<script>:``); when the next line is the script's
   one-line error (``reasoning-rl-train: ...``) the command must exit 2;
-- in a Markdown table with a ``command`` column: each inline code span in that column that starts with a console
-  script.
+- in a Markdown table with ``goal`` and ``command`` columns (the README's "Which preset for what"): each inline
+  code span in the command column that starts with a console script (a results table's ``command`` column
+  records what was measured and is not run).
 
 A command that cannot run here carries a marker with a reason from ``SKIP_REASONS``: a comment line
 ``# doc-test: skip <reason>: <why>`` directly above it in its block, or an HTML comment
@@ -140,7 +141,7 @@ def _table_commands(page: str, lines: list[str]) -> list[DocCommand]:
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if column is None:
-            column = cells.index("command") if "command" in cells else -1
+            column = cells.index("command") if {"goal", "command"} <= set(cells) else -1
             continue
         if column < 0 or column >= len(cells) or set(cells[column]) <= {"-", " ", ":"}:
             continue

@@ -52,8 +52,9 @@ SHORTEN_BENCH: dict[str, list[str]] = {
     "plan": [],
     # an absolute --workdir: the benchmark runs its trainer from the repository root (a relative one is not found)
     "async": ["--steps", "3", "--rounds", "1", "--no-warm-start", "--workdir", "{folder}/bench_async"],
-    "episode-cache": ["--rounds", "1", "--prompts", "2", "--n", "2", "--turns", "2"],
-    "stop-in-loop": ["--rounds", "1", "--prompts", "2", "--n", "2", "--turns", "2"],
+    # no --n: reasoning-rl-bench reads `--n 2` as its own --no-results and leaves "2" over
+    "episode-cache": ["--rounds", "1", "--prompts", "2", "--turns", "2"],
+    "stop-in-loop": ["--rounds", "1", "--prompts", "2", "--turns", "2"],
 }
 """reasoning-rl-bench: per subcommand (its flags differ), plus --no-results for every one."""
 
