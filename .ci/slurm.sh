@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tests marked `slurm` against a real one-node Slurm cluster on this machine (tests/reasoning_rl/test_slurm.py,
+# The tests marked `slurm` against a real one-node Slurm cluster on this machine (tests/reasoning_rl/launch/test_slurm.py,
 # ~4-6 min on 2 cores): installs Debian's slurm-wlm and munge, starts the cluster with scripts/local_slurm.sh in a
 # folder of its own, runs `pytest -m slurm`, and stops the cluster on every way out (trap). An install that fails
 # (no registry) is reported and the tests are skipped; failing tests fail CI.
@@ -24,4 +24,4 @@ export LOCAL_SLURM_DIR
 trap 'scripts/local_slurm.sh stop' EXIT
 scripts/local_slurm.sh start || exit 1
 export SLURM_CONF="$LOCAL_SLURM_DIR/slurm.conf"
-"$python" -m pytest -m slurm -q -s -p no:cacheprovider tests/reasoning_rl/test_slurm.py  # -s: the measured overhead per job
+"$python" -m pytest -m slurm -q -s -p no:cacheprovider tests/reasoning_rl/launch/test_slurm.py  # -s: the measured overhead per job

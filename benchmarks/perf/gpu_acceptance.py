@@ -225,10 +225,10 @@ def row_vllm_vs_native(device: str, small: bool) -> dict[str, Any]:
 
 def row_vllm_tests(device: str, small: bool) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pytest", "-m", "vllm", "-q", "-p", "no:cacheprovider",
-           "tests/reasoning_rl/test_vllm_engine.py"]
+           "tests/reasoning_rl/policy/test_vllm_engine.py"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=230)
     summary = (out.stdout.strip().splitlines() or ["no output"])[-1]
-    return {"ok": out.returncode == 0, "figure": summary, "detail": "tests/reasoning_rl/test_vllm_engine.py"}
+    return {"ok": out.returncode == 0, "figure": summary, "detail": "tests/reasoning_rl/policy/test_vllm_engine.py"}
 
 
 RUNNERS: dict[str, Callable[[str, bool], dict[str, Any]]] = {

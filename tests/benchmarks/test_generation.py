@@ -1,6 +1,6 @@
 """Evaluation's generation backends: the vLLM engine settings (tensor parallelism) are checked and
 reach the vLLM engine; tests with a stand-in engine here, the real engine's in
-tests/reasoning_rl/test_vllm_engine.py (``-m vllm``)."""
+tests/reasoning_rl/policy/test_vllm_engine.py (``-m vllm``)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ Two users:
   the needed positions run as one packed sequence; with gradient checkpointing each layer is
   recomputed in the backward. :func:`completion_logits` applies the LM head to all of it.
 
-Both equal the module forward up to float rounding: ``tests/reasoning_rl/test_decode.py``
+Both equal the module forward up to float rounding: ``tests/reasoning_rl/policy/test_decode.py``
 checks every decode step and the training logits and gradients against it, for Llama and
 Qwen2, with left padding and grouped-query attention. Models it does not know, or features it
 does not implement (sliding-window layers, per-head q/k norms, a non-SiLU MLP, adapter or

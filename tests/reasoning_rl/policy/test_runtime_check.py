@@ -116,7 +116,7 @@ def test_model_runtime_hf_trains_with_checkpointing_and_the_shared_prompt_forwar
 def test_the_vllm_sampler_log_probs_are_in_the_check():
     """vLLM's own log-probs of the tokens it drew go into the check beside the runtime's: equal
     weights give ~0, an engine holding other weights shows the difference (not enforced)."""
-    from tests.reasoning_rl.test_rollout_vllm import FakeLLM, _engine, _perturb
+    from tests.reasoning_rl.policy.test_vllm_rollout import FakeLLM, _engine, _perturb
 
     model, tok = _model("lean")
     llm = FakeLLM(model, tok)

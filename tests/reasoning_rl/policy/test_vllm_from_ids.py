@@ -1,7 +1,7 @@
 """The vLLM engines continue from token ids (``generate_from_ids``), which multi-turn episodes need:
 the ids reach vLLM as they are, each row seeded like ``generate``'s prompts, stop strings cut as the
 hf engines cut them, behaviour log-probs, finish reason and policy version kept, and an episode over
-the engine. Fakes stand in for vLLM's ``LLM``; the real engine: tests/reasoning_rl/test_vllm_engine.py."""
+the engine. Fakes stand in for vLLM's ``LLM``; the real engine: tests/reasoning_rl/policy/test_vllm_engine.py."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from reasoning_rl.policy.vllm import (
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example
 from tests.reasoning_rl.envs.conftest import build_bpe_tokenizer, char_ids
-from tests.reasoning_rl.test_rollout_vllm import FakeLLM
+from tests.reasoning_rl.policy.test_vllm_rollout import FakeLLM
 
 
 class ScriptedLLM:

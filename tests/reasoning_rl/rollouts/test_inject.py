@@ -117,7 +117,7 @@ def test_an_injected_run_logs_documented_mismatch_metrics_and_corrects(tmp_path)
     assert all(0 <= m["mismatch/truncated_token_fraction"] <= 1 for m in metrics)
 
 
-INJECT_OPTIONS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "rollout" / "inject").glob("*.yaml"))
+INJECT_OPTIONS = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "conf" / "rollout" / "inject").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("name", INJECT_OPTIONS)

@@ -31,7 +31,7 @@ NO_SLURM = ("no Slurm cluster: start one with `scripts/local_slurm.sh start` and
             "(.ci/slurm.sh does both)")
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _free_port() -> int:

@@ -2,7 +2,7 @@
 fake ``LLM`` that holds its own copy of the policy, as vLLM does: weight names, in-place sync,
 version tags, per-prompt seeds, the log-prob mismatch, sleep/wake order, sleep mode and engine
 options by platform, timeouts, the config. The same behaviour with the real engine, on whatever
-device it has: tests/reasoning_rl/test_vllm_engine.py (``-m vllm``)."""
+device it has: tests/reasoning_rl/policy/test_vllm_engine.py (``-m vllm``)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from reasoning_rl.policy.vllm import (
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.rollouts.stack import RolloutStack
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[3] / "conf"
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs the vllm extra")
 
