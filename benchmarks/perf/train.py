@@ -37,6 +37,7 @@ how much of the ratio is that setting.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import os
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.perf.results import RESULT_PREFIX, RESULTS_HELP, BenchResult, run_and_record
+from reasoning_rl.policy.vllm.availability import MissingExtraError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRL_SCRIPT = REPO_ROOT.parent / "shared" / "bench" / "trl_grpo_cpu.py"
@@ -329,6 +331,9 @@ def trl_in_subprocess(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def compare_trl(args: argparse.Namespace) -> dict[str, Any]:
+    if importlib.util.find_spec("trl") is None:  # before any run: one line, not the TRL script's traceback
+        raise MissingExtraError("--compare trl needs TRL, which is not installed: pip install trl==1.16.0 "
+                                "(the version docs/performance.md's figures were measured with)")
     rounds = []
     for r in range(args.rounds):
         order = ("ours", "trl") if r % 2 == 0 else ("trl", "ours")
