@@ -183,9 +183,10 @@ def markdown() -> str:
              "| algo.name | " + " | ".join(CAPABILITY_NAMES) + " |",
              "|---|" + "---|" * len(CAPABILITY_NAMES)]
     for name in list_algorithms():
-        if not get_algorithm(name).algorithm.__module__.startswith("reasoning_rl."):
+        entry = get_algorithm(name)
+        if not entry.algorithm.__module__.startswith("reasoning_rl."):
             continue  # the page documents the built-in algorithms; a plugin's are its own to document
-        caps = get_algorithm(name).config_class.capabilities
+        caps = entry.config_class.capabilities
         lines.append(f"| {name} | " + " | ".join("yes" if getattr(caps, k) else "no" for k in CAPABILITY_NAMES) + " |")
     lines += ["", "## What cannot run together", "", "| setting | cannot run with | why |", "|---|---|---|"]
     lines += [f"| `{r.first}` | `{r.second}` | {r.reason} |" for r in RULES]

@@ -23,7 +23,7 @@ import difflib
 import functools
 import importlib
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
@@ -115,11 +115,6 @@ class Registry(Generic[T]):
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise self._not_found(f"unknown {self.kind} {name!r}.{hint} Known {self.kind}s: {', '.join(known)}."
                               + (f" {self._how_to_add}" if self._how_to_add else ""))
-
-    def import_builtins(self, modules: Iterable[str] | None = None) -> None:
-        """Import the built-in modules (all of them, or ``modules``) so that their names are registered."""
-        for module in modules if modules is not None else sorted(set(self.builtins.values())):
-            importlib.import_module(module)
 
     def reload_entry_points(self) -> None:
         """Read the entry-point group again (after a ``pip install`` in a running session)."""

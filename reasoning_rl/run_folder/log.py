@@ -26,21 +26,26 @@ def open_run_log(cfg: Any, run_dir: Path, resume_step: int | None, enabled: bool
     logger = MetricsLogger(run_dir, tensorboard=tensorboard, resume_step=resume_step, enabled=enabled)
     if not enabled:
         if cfg.trainer.health.enabled and cfg.trainer.health.stop_on:
-            earlier = read_metrics(Path(run_dir) / "metrics.jsonl") if resume_step else []
-            logger.add_sinks([HealthSink(cfg.trainer.health, Path(run_dir), resume_step, earlier, write=False)])
+            logger.add_sinks([health_sink(cfg, Path(run_dir), resume_step, write=False)])
         return logger
     trackers = open_trackers(cfg.trainer.loggers, cfg.trainer.tracking, Path(run_dir), asdict(cfg),
                              resume=bool(resume_step), group=sweep_group())
     sinks: list[MetricsSink] = list(trackers)
     if cfg.trainer.health.enabled:
-        earlier = read_metrics(logger.metrics_path) if resume_step else []
-        health = HealthSink(cfg.trainer.health, Path(run_dir), resume_step, earlier)
+        health = health_sink(cfg, Path(run_dir), resume_step, write=True)
         health.listeners += [t.health for t in trackers]
         sinks.append(health)
         if should_run(cfg, ctx, resume_step):
             run_preflight(ctx, cfg, Path(run_dir))
     logger.add_sinks(sinks)
     return logger
+
+
+def health_sink(cfg: Any, run_dir: Path, resume_step: int | None, write: bool) -> HealthSink:
+    """The health monitor of a run, its windows refilled from the steps a resumed run keeps (those up to
+    ``resume_step``: on ranks other than 0 the file may still hold later ones, which rank 0 is dropping)."""
+    earlier = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] <= resume_step] if resume_step else []
+    return HealthSink(cfg.trainer.health, run_dir, resume_step, earlier, write=write)
 
 
 def sweep_group() -> str | None:
