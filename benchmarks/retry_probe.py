@@ -50,7 +50,8 @@ def parse_option(text: str) -> tuple[str, Any]:
 def failures(episodes: Path, task: str, options: dict[str, Any], limit: int | None = None) -> list[Failure]:
     """The recorded episodes' failed first attempts, each with its context rebuilt by the environment."""
     from reasoning_rl.envs import get_environment
-    from reasoning_rl.tasks import Task, TaskConfig
+    from reasoning_rl.settings.task import TaskConfig
+    from reasoning_rl.tasks import Task
 
     t = Task(TaskConfig(name=task, max_eval_examples=None))
     by_id = {e.id: e for e in t.examples(t.eval_split)}

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.io import iter_jsonl
-from reasoning_rl.envs.base import EpisodeConfig
 from reasoning_rl.errors import UserError
+from reasoning_rl.settings.task import EpisodeConfig
 from reasoning_rl.tasks.data import Problem
 
 

@@ -25,8 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from reasoning_rl import distributed
-from reasoning_rl.config import TrainConfig, register_configs
+from reasoning_rl.config import TrainConfig
 from reasoning_rl.config_checks import ConfigError, unknown_keys_error
+from reasoning_rl.config_store import register_configs
 from reasoning_rl.entry_points import (
     as_user_error,
     is_multirun,

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from reasoning_rl.algo.base import Capabilities
 from reasoning_rl.algo.registry import get_algorithm, list_algorithms
 from reasoning_rl.config_checks import ConfigError, problems_message
+from reasoning_rl.settings.algo import Capabilities
 
 Check = Callable[[Any, int], bool]
 """(TrainConfig, number of processes) -> the rule applies."""

@@ -113,10 +113,27 @@ def rewrite_text(text: str) -> str:
     return _OLD_KEY.sub(lambda m: RENAMED["algo." + m.group(1)], text)
 
 
-if __name__ == "__main__":  # python -m reasoning_rl.config_renames FILE...: rewrite files in place
-    for name in sys.argv[1:]:
-        path = Path(name)
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reasoning_rl.config_renames FILE...``: rewrite the old flat keys in those files in place."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m reasoning_rl.config_renames",
+                                     description="Rewrite the old flat algo keys of YAML, Markdown or shell files "
+                                                 "to the grouped ones, in place.")
+    parser.add_argument("files", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    missing = [str(p) for p in args.files if not p.is_file()]
+    if missing:
+        print(f"error: no such file: {', '.join(missing)}; name the YAML, Markdown or shell files to rewrite",
+              file=sys.stderr)
+        return 2
+    for path in args.files:
         old = path.read_text()
         if (new := rewrite_text(old)) != old:
             path.write_text(new)
             print(f"rewrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,7 +12,7 @@ from typing import Any
 import rewards
 from reasoning_rl import compat
 from reasoning_rl.algo.registry import get_algorithm
-from reasoning_rl.config import TrainConfig, WarmStartConfig
+from reasoning_rl.config import TrainConfig
 from reasoning_rl.config_checks import (
     TRAIN_RANGES,
     ConfigError,
@@ -27,12 +27,14 @@ from reasoning_rl.config_checks import (
 from reasoning_rl.config_choices import TRAIN_CHOICES
 from reasoning_rl.envs.registry import list_environments
 from reasoning_rl.errors import UserError
+from reasoning_rl.evaluation.retention import retention_problems
 from reasoning_rl.inert_settings import inert_problems
 from reasoning_rl.policy.lm_head import resolve_chunk
-from reasoning_rl.policy.loading import TINY
 from reasoning_rl.policy.lora import lora_problems
 from reasoning_rl.policy.precision import precision_problems
 from reasoning_rl.policy.runtime import SETTINGS as RUNTIME_SETTINGS
+from reasoning_rl.settings.evaluation import WarmStartConfig
+from reasoning_rl.settings.model import TINY
 from reasoning_rl.tasks.definition import get_definition
 from reasoning_rl.tasks.task import reward_specs
 from reasoning_rl.trackers.registry import logger_problems
@@ -91,7 +93,7 @@ def validate(cfg: TrainConfig) -> None:
     # fsdp=False: rollout.inject with trainer.fsdp is a rule of reasoning_rl.compat (stated once, there).
     problems += cfg.rollout.inject.problems(cfg.rollout.backend)
     problems += compat.problems(cfg)
-    problems += cfg.evaluation.retention.problems(cfg.evaluation.enabled, cfg.task.data_dir)
+    problems += retention_problems(cfg.evaluation.retention, cfg.evaluation.enabled, cfg.task.data_dir)
     problems += cfg.trainer.health.problems() + inert_problems(cfg)
     problems += logger_problems(cfg.trainer.loggers, cfg.trainer.tracking)
     problems += precision_problems(cfg.trainer.precision) + lora_problems(cfg)

@@ -37,12 +37,14 @@ from typing import Any
 from reasoning_rl.algo.base import RunContext
 from reasoning_rl.algo.batch import MaskedTokens
 from reasoning_rl.algo.sft import SFT, SFTConfig
-from reasoning_rl.config import TrainConfig, TrainerConfig, WarmStartConfig
+from reasoning_rl.config import TrainConfig
 from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.envs.registry import get_environment
 from reasoning_rl.evaluation.heldout import accuracy_of
 from reasoning_rl.reward_guard import RewardGuard
 from reasoning_rl.rollouts.sampling import RolloutEngine, SamplingConfig
+from reasoning_rl.settings.evaluation import WarmStartConfig
+from reasoning_rl.settings.trainer import TrainerConfig
 from reasoning_rl.tasks import Example
 from reasoning_rl.validation import mask_observations_problem
 

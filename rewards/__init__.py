@@ -11,7 +11,7 @@ load on first use through :func:`get_verifier` or ``import rewards.math``.
 
 from rewards.batch import BatchScores, score_batch
 from rewards.builtin import FormatReward, OverlongPenalty, overlong_penalty
-from rewards.compose import CompositeReward, CompositeScores, RewardSpec, combine_scores
+from rewards.compose import CompositeReward, CompositeScores, combine_scores
 from rewards.pool import CallOutcome, WorkerPool, default_pool, run_with_timeout
 from rewards.registry import (
     ENTRY_POINT_GROUP,
@@ -22,6 +22,7 @@ from rewards.registry import (
     reload_entry_points,
     unregister_verifier,
 )
+from rewards.specs import RewardSpec
 from rewards.types import STATUSES, Status, Verifier, VerifierResult, as_result
 
 __all__ = [

@@ -36,34 +36,17 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rewards.batch import score_batch
 from rewards.pool import WorkerPool
 from rewards.registry import get_verifier
+from rewards.specs import AuditConfig
 from rewards.types import VerifierResult
 
 METRICS = ("audit/disagree_rate", "audit/ours_pass_theirs_fail", "audit/ours_fail_theirs_pass", "audit/samples",
            "audit/unscorable", "audit/seconds", "audit/wait_seconds")
-
-
-@dataclass
-class AuditConfig:
-    """``task.audit``: re-score a sample of each step's completions with a second verifier."""
-
-    verifier: str | None = None
-    """Registered verifier that re-scores the sample (``math`` with ``options: {strict: true}``,
-    ``math_verify``, ``code``); null: no audit."""
-    fraction: float = 0.1
-    """Share of each step's completions audited (at least one when > 0)."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """Keyword options of the second verifier (``rewards.get_verifier(verifier, **options)``)."""
-    seed: int = 0
-    """Seed of the sample (combined with the step's sampling seed)."""
-    asynchronous: bool = True
-    """Score the sample in the reward worker pool while the step goes on (collected with the
-    step's metrics); false: score it before the step continues (on the critical path)."""
 
 
 def audit_sample(n: int, fraction: float, seed: int, step_seed: int) -> list[int]:

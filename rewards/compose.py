@@ -20,12 +20,13 @@ chosen explicitly:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from rewards.batch import BatchScores, score_batch
 from rewards.pool import WorkerPool
 from rewards.registry import get_verifier
+from rewards.specs import RewardSpec
 
 NonePolicy = Literal["propagate", "skip", "zero"]
 NONE_POLICIES: tuple[str, ...] = ("propagate", "skip", "zero")
@@ -48,24 +49,6 @@ def combine_scores(scores: Sequence[float | None], weights: Sequence[float], non
     if none_policy == "skip" and all(s is None for s in scores):
         return None
     return float(sum(w * s for s, w in zip(scores, weights) if s is not None))
-
-
-@dataclass
-class RewardSpec:
-    """One component of a composite reward: a registered verifier, its options and weight."""
-
-    name: str
-    """Registered verifier name (see ``rewards.list_verifiers()``)."""
-    weight: float = 1.0
-    """Multiplier of this component's score in the sum."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """Keyword options passed to ``rewards.get_verifier(name, **options)``."""
-    label: str | None = None
-    """Name used in logs (``reward/<label>``); defaults to ``name``."""
-
-    @property
-    def key(self) -> str:
-        return self.label or self.name
 
 
 @dataclass(frozen=True)

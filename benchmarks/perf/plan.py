@@ -37,7 +37,7 @@ def compose_train_config(overrides: list[str]) -> Any:
     from hydra import compose, initialize_config_module
 
     from reasoning_rl.cli import to_train_config
-    from reasoning_rl.config import register_configs
+    from reasoning_rl.config_store import register_configs
     from reasoning_rl.validation import validate
 
     register_configs()

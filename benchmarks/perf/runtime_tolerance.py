@@ -43,7 +43,8 @@ def worst_difference(model, tokenizer, runtime: str, dtype: torch.dtype, seeds: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model, load_pretrained
+    from reasoning_rl.policy.loading import build_tiny_model, load_pretrained
+    from reasoning_rl.settings.model import TinyModelConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smollm", action="store_true", help="also SmolLM2-135M (its converted folder)")

@@ -112,11 +112,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def train_config(args: argparse.Namespace, model_dir: Path, definition: Path, run_dir: Path) -> Any:
     """The training config of the workload: the TRL script's settings (module docstring)."""
     from reasoning_rl.algo.advantages import AdvantageConfig
-    from reasoning_rl.algo.grpo import GRPOConfig
+    from reasoning_rl.algo.grpo_config import GRPOConfig
     from reasoning_rl.algo.losses import KLConfig, PolicyLossConfig
     from reasoning_rl.config import TrainConfig
 
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.model.name_or_path, cfg.model.dtype, cfg.model.device = str(model_dir), "float32", "cpu"
     cfg.task.name = str(definition)
     cfg.algo = GRPOConfig(

@@ -20,7 +20,7 @@ from reasoning_rl.algo.aggregation import (
     sequence_mean,
     token_mean,
 )
-from reasoning_rl.algo.base import AlgoConfig, Algorithm, RunContext, StepOutput
+from reasoning_rl.algo.base import Algorithm, RunContext, StepOutput
 from reasoning_rl.algo.losses import LossOutput, grpo_loss, kl_k3
 from reasoning_rl.algo.policy_objectives import clipped_surrogate, policy_ratio
 from reasoning_rl.algo.registry import (
@@ -29,6 +29,7 @@ from reasoning_rl.algo.registry import (
     list_algorithms,
     register_algorithm,
 )
+from reasoning_rl.settings.algo import AlgoConfig
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import torch
 
 from reasoning_rl.algo.aggregation import LossNormalizer
-from reasoning_rl.algo.base import AlgoConfig, Capabilities, StepOutput
+from reasoning_rl.algo.base import StepOutput
 from reasoning_rl.algo.batch import trained_tokens
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
 from reasoning_rl.algo.likelihood import dpo_coefficients, dpo_loss, dpo_margin, sequence_logprob
@@ -42,6 +42,7 @@ from reasoning_rl.batching import pack
 from reasoning_rl.policy.loading import set_training
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs
 from reasoning_rl.run_folder.atomic import atomic_write_text
+from reasoning_rl.settings.algo import AlgoConfig, Capabilities
 
 PAIRS_FILE = "dpo_pairs.jsonl"
 

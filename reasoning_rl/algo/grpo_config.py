@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from reasoning_rl.algo.advantages import AdvantageConfig
-from reasoning_rl.algo.base import Capabilities, ClippedPolicyConfig
+from reasoning_rl.algo.base import ClippedPolicyConfig
 from reasoning_rl.algo.entropy_control import EntropyControlConfig
 from reasoning_rl.algo.losses import KLConfig, LossGroups
 from reasoning_rl.algo.policy_objectives import PolicyLossConfig
+from reasoning_rl.settings.algo import Capabilities
 
 __all__ = ["DynamicSamplingConfig", "GRPOConfig"]
 

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from reasoning_rl import distributed
-from reasoning_rl.algo.base import AlgoConfig
 from reasoning_rl.policy.precision import MixedPrecision
+from reasoning_rl.settings.algo import AlgoConfig
 
 
 def lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]:

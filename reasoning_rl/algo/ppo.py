@@ -45,7 +45,7 @@ import torch
 
 from reasoning_rl import distributed
 from reasoning_rl.algo.aggregation import LossNormalizer, aggregate, masked_fill_padding, masked_sum
-from reasoning_rl.algo.base import Algorithm, Capabilities, ClippedPolicyConfig, StepOutput
+from reasoning_rl.algo.base import Algorithm, ClippedPolicyConfig, StepOutput
 from reasoning_rl.algo.batch import TrainingRows, sample_step, sampled_support, step_seed, training_rows
 from reasoning_rl.algo.corrections import correct_tokens
 from reasoning_rl.algo.gae import (
@@ -67,6 +67,7 @@ from reasoning_rl.batching import PackedBatch, pack
 from reasoning_rl.policy.loading import set_training
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs, pad_rows
 from reasoning_rl.rollouts.sampling import Request
+from reasoning_rl.settings.algo import Capabilities
 
 if TYPE_CHECKING:
     from reasoning_rl.tasks import Example

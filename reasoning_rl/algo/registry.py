@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from reasoning_rl.algo.base import AlgoConfig, Algorithm
+from reasoning_rl.algo.base import Algorithm
 from reasoning_rl.errors import UserError
 from reasoning_rl.registry import Registry
+from reasoning_rl.settings.algo import AlgoConfig
 
 ENTRY_POINT_GROUP = "reasoning_rl.algorithms"
 

@@ -27,13 +27,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from reasoning_rl.algo.base import AlgoConfig, Capabilities, StepOutput
+from reasoning_rl.algo.base import StepOutput
 from reasoning_rl.algo.batch import sample_step, step_seed, trained_tokens
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
 from reasoning_rl.algo.groups import completion_rows, rollout_metrics
 from reasoning_rl.algo.likelihood import rejection_coefficients
 from reasoning_rl.algo.offline import Group, OfflineSamples, groups_of, offline_samples
 from reasoning_rl.algo.registry import register_algorithm
+from reasoning_rl.settings.algo import AlgoConfig, Capabilities
 
 SAMPLE_SOURCES = ("initial", "current")
 

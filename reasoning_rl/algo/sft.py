@@ -17,11 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reasoning_rl.algo.base import AlgoConfig, StepOutput
+from reasoning_rl.algo.base import StepOutput
 from reasoning_rl.algo.finetune import LikelihoodAlgorithm
 from reasoning_rl.algo.likelihood import NLL_AGGREGATIONS, sft_coefficients
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.errors import UserError
+from reasoning_rl.settings.algo import AlgoConfig
 
 
 @dataclass

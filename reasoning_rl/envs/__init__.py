@@ -6,7 +6,7 @@ point, :mod:`~reasoning_rl.envs.episode` runs episodes over any engine that cont
 ids, :mod:`~reasoning_rl.envs.python_tool` is the built-in tool environment. docs/tools.md.
 """
 
-from reasoning_rl.envs.base import Environment, EpisodeConfig, StepResult
+from reasoning_rl.envs.base import Environment, StepResult
 from reasoning_rl.envs.registry import (
     EnvironmentNotFoundError,
     EnvironmentOptionsError,
@@ -15,6 +15,7 @@ from reasoning_rl.envs.registry import (
     register_environment,
     unregister_environment,
 )
+from reasoning_rl.settings.task import EpisodeConfig
 
 __all__ = [
     "Environment",

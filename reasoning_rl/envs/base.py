@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
-
-from reasoning_rl.envs.chat import OBSERVATION_ROLES
 
 ToolStatus = Literal["none", "ok", "error", "timeout"]
 
@@ -108,38 +106,3 @@ class Environment:
         return []
 
 
-@dataclass
-class EpisodeConfig:
-    """How a multi-turn episode runs (``task.env`` names the environment; these are ``task.episode``)."""
-
-    max_turns: int = 4
-    """Most policy turns in one episode; the episode ends after the last one, whatever the environment says."""
-    max_tokens: int = 512
-    """Token budget of the whole episode after the prompt: sampled tokens plus observation tokens. A turn
-    samples at most ``min(rollout.max_new_tokens, what is left)``; an episode that reaches it ends with
-    ``finish_reason="length"`` (an observation that does not fit is cut to what is left)."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the environment's constructor (``+task.episode.options.timeout=2``)."""
-    cache: bool = True
-    """Carry each episode's key/value cache from one turn to the next, so a turn prefills only the
-    observation (rollout.backend=native on the lean runtime; other engines recompute, docs/tools.md).
-    false: every turn prefills its whole context (same tokens up to float rounding, slower)."""
-    observation_role: str = "inline"
-    """Where an observation goes (:mod:`reasoning_rl.envs.chat`): ``inline``, its text inside the policy's
-    turn (ToRA's output block, the tiny model's tasks); ``user`` or ``tool``, a chat turn rendered by the
-    tokenizer's chat template (the assistant turn ends, a message of that role holds the observation, a new
-    assistant turn opens; all observation tokens), for a chat model."""
-
-    retry_groups: float = 0.0
-    """Training only: the chance that a group of episodes (one prompt's ``algo.group_size``) whose first turns
-    did not all end the episode becomes a retry group: all its episodes continue from one of those first turns
-    (the first in the group; with ``code_feedback``, a failed attempt and its feedback) as shared context, never
-    trained on, so the group's advantages compare retries of the same failure (docs/tools.md, "Training the
-    retry"). 0 = every episode runs on its own. Held-out evaluation never shares turns."""
-
-    def problems(self, prefix: str = "task.episode") -> list[str]:
-        """One line per setting that cannot run (the numeric ranges are checked with the other settings')."""
-        if self.observation_role not in OBSERVATION_ROLES:
-            return [f"{prefix}.observation_role={self.observation_role!r} is unknown; choose one of "
-                    f"{', '.join(OBSERVATION_ROLES)}"]
-        return []

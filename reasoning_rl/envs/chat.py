@@ -34,9 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from reasoning_rl.errors import UserError
+from reasoning_rl.settings.task import OBSERVATION_ROLES
 
-OBSERVATION_ROLES = ("inline", "user", "tool")
-"""``inline``: the text as it is, inside the policy's turn; ``user``, ``tool``: a chat turn of that role."""
 SENTINEL = "REASONING_RL_ASSISTANT_TURN_7F3A"
 """The assistant content of the rendered conversation; its end marks where the delta starts."""
 

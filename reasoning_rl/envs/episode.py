@@ -40,11 +40,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from reasoning_rl.envs.base import Environment, EpisodeConfig, StepResult, Turn
+from reasoning_rl.envs.base import Environment, StepResult, Turn
 from reasoning_rl.envs.chat import hands_turn_end, observation_tokens
 from reasoning_rl.envs.registry import check_options, environment_class, get_environment
 from reasoning_rl.errors import UserError
 from reasoning_rl.rollouts.sampling import Completion, SamplingConfig
+from reasoning_rl.settings.task import EpisodeConfig
 
 log = logging.getLogger(__name__)
 

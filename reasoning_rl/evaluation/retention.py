@@ -35,13 +35,15 @@ from reasoning_rl.errors import UserError
 from reasoning_rl.evaluation.heldout import evaluate_heldout
 from reasoning_rl.reward_guard import RewardGuard
 from reasoning_rl.rollouts.sampling import RolloutEngine, SamplingConfig
+from reasoning_rl.settings.evaluation import RetentionConfig
 from reasoning_rl.tasks.data import load_problems, local_path
 from reasoning_rl.tasks.definition import DatasetDefinition, get_definition
 from reasoning_rl.tasks.task import Example, Task
-from rewards.compose import CompositeReward, RewardSpec
+from rewards.compose import CompositeReward
 from rewards.pool import WorkerPool
+from rewards.specs import RewardSpec
 
-__all__ = ["PREFIX", "Retention", "RetentionConfig", "retention_rows"]
+__all__ = ["PREFIX", "Retention", "retention_definition", "retention_problems", "retention_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -49,49 +51,30 @@ PREFIX = "retention/"
 """Prefix of the retention keys in the held-out results."""
 
 
-@dataclass
-class RetentionConfig:
-    """Held-out accuracy on a second task before and after training (``evaluation.retention.*``)."""
+def retention_definition(cfg: RetentionConfig) -> DatasetDefinition | None:
+    """The second task's definition (None when off); an unknown name is a UserError listing the known ones."""
+    return None if cfg.task is None else get_definition(cfg.task, kind="task")
 
-    task: str | None = None
-    """The second task: a definition of ``reasoning_rl/tasks/definitions/`` (``code_synthetic``, ``gsm8k``) or
-    the path of a definition YAML; null = no retention evaluation."""
-    split: str | None = None
-    """Its split to evaluate on; null = the definition's ``eval_split``."""
-    num_examples: int = 50
-    """Problems evaluated (the split's first N)."""
-    samples_per_problem: int = 4
-    """Sampled completions per problem (sampled accuracy, Pass@K, Maj@K); the greedy one comes on top."""
-    data_file: str | None = None
-    """Local copy (JSON, JSONL or Parquet) of that split; null = its file in ``task.data_dir``, or its generator."""
-    max_new_tokens: int | None = None
-    """Completion length on the second task; null = ``rollout.max_new_tokens``."""
-    stop: list[str] | None = None
-    """Stop strings on the second task; null = the definition's ``stop`` with raw prompts, else ``rollout.stop``."""
 
-    def definition(self) -> DatasetDefinition | None:
-        """The second task's definition (None when off); an unknown name is a UserError listing the known ones."""
-        return None if self.task is None else get_definition(self.task, kind="task")
-
-    def problems(self, evaluation_enabled: bool, data_dir: str | None = None) -> list[str]:
-        """What stops this from running, one line each, checked before the run starts: an unknown task,
-        a split it lacks, no local copy where ``task.data_dir`` needs one, held-out evaluation off."""
-        if self.task is None:
-            return []
-        where = "evaluation.retention.task"
-        try:
-            definition = get_definition(self.task, kind="task")
-            split = self.split or definition.eval_split
-            if split is None:
-                return [f"{where}={self.task!r} names no evaluation split; set evaluation.retention.split to one of "
-                        f"{', '.join(definition.splits)}"]
-            local_path(definition, split, data_dir, self.data_file)  # an unknown split lists the known ones
-        except UserError as exc:
-            return [f"{where}: {exc}"]
-        if not evaluation_enabled:
-            return [f"{where}={self.task!r} needs evaluation.enabled=true: retention is measured with the held-out "
-                    "evaluation; turn it on or set evaluation.retention.task=null"]
+def retention_problems(cfg: RetentionConfig, evaluation_enabled: bool, data_dir: str | None = None) -> list[str]:
+    """What stops ``evaluation.retention`` from running, one line each, checked before the run starts: an
+    unknown task, a split it lacks, no local copy where ``task.data_dir`` needs one, held-out evaluation off."""
+    if cfg.task is None:
         return []
+    where = "evaluation.retention.task"
+    try:
+        definition = get_definition(cfg.task, kind="task")
+        split = cfg.split or definition.eval_split
+        if split is None:
+            return [f"{where}={cfg.task!r} names no evaluation split; set evaluation.retention.split to one of "
+                    f"{', '.join(definition.splits)}"]
+        local_path(definition, split, data_dir, cfg.data_file)  # an unknown split lists the known ones
+    except UserError as exc:
+        return [f"{where}: {exc}"]
+    if not evaluation_enabled:
+        return [f"{where}={cfg.task!r} needs evaluation.enabled=true: retention is measured with the held-out "
+                "evaluation; turn it on or set evaluation.retention.task=null"]
+    return []
 
 
 @dataclass
@@ -107,7 +90,7 @@ class Retention:
     @classmethod
     def build(cls, cfg: RetentionConfig, task: Task, tokenizer: Any, sampling: SamplingConfig) -> Retention:
         """Load the second task's problems (prompted as ``task`` prompts its own) and its verifier."""
-        definition = cfg.definition()
+        definition = retention_definition(cfg)
         if definition is None:
             return cls()
         problems, _ = load_problems(definition, cfg.split or definition.eval_split, data_dir=task.cfg.data_dir,

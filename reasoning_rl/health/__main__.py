@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from reasoning_rl.errors import USER_ERROR_EXIT, UserError
-from reasoning_rl.health.config import HealthConfig
 from reasoning_rl.health.monitor import HealthMonitor, replay
 from reasoning_rl.run_folder.metrics_log import read_metrics
+from reasoning_rl.settings.trainer import HealthConfig
 
 
 def replay_run(run_dir: Path, cfg: HealthConfig) -> list[str]:

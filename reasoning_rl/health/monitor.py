@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from reasoning_rl.errors import UserError
-from reasoning_rl.health.config import HealthConfig
 from reasoning_rl.health.rules import RULES, TESTS, Rule, read_value, with_thresholds
+from reasoning_rl.settings.trainer import HealthConfig
 
 log = logging.getLogger("reasoning_rl.health")
 

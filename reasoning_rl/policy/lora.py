@@ -25,38 +25,19 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from reasoning_rl.errors import UserError
+from reasoning_rl.settings.model import LoRAConfig
 
 ADAPTER_CONFIG = "adapter_config.json"
 """The file peft's ``save_pretrained`` writes next to the adapter's weights: marks an adapter folder."""
 BASE_MODEL_FILE = "base_model.json"
 """The ``model`` settings (``ModelConfig`` as a dict) of the frozen base an adapter checkpoint applies to."""
 INSTALL = 'pip install ".[lora]"   (or: pip install "peft>=0.13")'
-
-DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-"""Every linear layer of a Llama/Qwen2 decoder block (attention and MLP), as in the QLoRA paper."""
-
-
-@dataclass
-class LoRAConfig:
-    """``model.lora``: low-rank adapters through peft (docs/lora.md); ``r: 0`` trains the whole model."""
-
-    r: int = 0
-    """Rank of each adapter; 0 = off (full fine-tuning)."""
-    alpha: float = 32.0
-    """Scale numerator: the adapter's output is multiplied by ``alpha / r``."""
-    dropout: float = 0.0
-    """Dropout on the adapter's input in training mode. 0 by default: with dropout the training
-    forward is not the distribution that sampled the completions (ratio != 1 at mu = 1)."""
-    target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
-    """Names of the linear layers that get an adapter (peft's ``target_modules``)."""
-
 
 class PeftNotInstalledError(UserError, ImportError):
     """``model.lora.r > 0`` (or an adapter checkpoint) without the ``peft`` package."""

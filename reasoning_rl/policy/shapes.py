@@ -103,7 +103,8 @@ def model_shape(model_cfg: Any) -> ModelShape:
     its config only (module docstring for where the config comes from)."""
     from transformers import AutoConfig
 
-    from reasoning_rl.policy.loading import TINY, build_char_tokenizer
+    from reasoning_rl.policy.loading import build_char_tokenizer
+    from reasoning_rl.settings.model import TINY
 
     name = model_cfg.name_or_path
     if name == TINY:

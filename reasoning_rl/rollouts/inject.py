@@ -28,41 +28,15 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-INJECT_PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
+from reasoning_rl.settings.rollout import INJECT_PRECISIONS as PRECISION_NAMES
+from reasoning_rl.settings.rollout import InjectConfig
 
-
-@dataclass
-class InjectConfig:
-    """A mismatch between sampler and trainer made on purpose (reasoning_rl.rollouts.inject; all off by default)."""
-
-    stale: int = 0
-    """Sample with the weights of this many updates ago (0 = the current ones)."""
-    precision: str | None = None
-    """Sample with the policy cast to bf16 or fp16 while training in its own dtype (null = off)."""
-    noise: float = 0.0
-    """Sample from weights with seeded Gaussian noise of this relative scale (sigma * rms of each tensor; 0 = off)."""
-    temperature_skew: float = 1.0
-    """Sample at this times rollout.temperature, unknown to the trainer (1 = off)."""
-
-    def active(self) -> bool:
-        return bool(self.stale or self.precision or self.noise or self.temperature_skew != 1.0)
-
-    def problems(self, backend: str) -> list[str]:
-        """What cannot run (the numeric ranges are in reasoning_rl.config_checks; what cannot run together
-        with injection, in the compatibility table, reasoning_rl.compat)."""
-        out = []
-        if self.precision is not None and self.precision not in INJECT_PRECISIONS:
-            out.append(f"rollout.inject.precision={self.precision!r} is unknown; choose one of "
-                       f"{', '.join(INJECT_PRECISIONS)} or null")
-        if self.active() and backend == "vllm":
-            out.append("rollout.inject samples from a copy of the policy with the hf or native engine; "
-                       "set rollout.backend=hf or native (vLLM's own mismatch is measured without it)")
-        return out
+INJECT_PRECISIONS = dict(zip(PRECISION_NAMES, (torch.bfloat16, torch.float16)))
 
 
 def perturb_(params: dict[str, torch.Tensor], sigma: float, generator: torch.Generator) -> None:

@@ -14,7 +14,7 @@ from reasoning_rl.tasks.definition import (
     get_definition,
     list_definitions,
 )
-from reasoning_rl.tasks.task import Example, Task, TaskConfig, reward_specs
+from reasoning_rl.tasks.task import Example, Task, reward_specs
 
 __all__ = [
     "DatasetDefinition",
@@ -23,7 +23,6 @@ __all__ = [
     "Example",
     "Problem",
     "Task",
-    "TaskConfig",
     "TaskDataError",
     "get_definition",
     "list_definitions",

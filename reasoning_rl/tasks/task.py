@@ -15,10 +15,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from reasoning_rl.envs.base import EpisodeConfig
+from reasoning_rl.settings.task import TaskConfig
 from reasoning_rl.tasks.data import (
     DatasetFieldError,
     Problem,
@@ -29,60 +29,10 @@ from reasoning_rl.tasks.data import (
 )
 from reasoning_rl.tasks.definition import DatasetDefinition, get_definition
 from reasoning_rl.tasks.prompts import build_prompt
-from rewards.audit import AuditConfig
-from rewards.compose import CompositeReward, RewardSpec
+from rewards.compose import CompositeReward
+from rewards.specs import RewardSpec
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TaskConfig:
-    """What to train on: a dataset definition and the settings only training has."""
-
-    name: str = "arithmetic"
-    """Dataset definition (``reasoning_rl/tasks/definitions/<name>.yaml``) or the path of a definition YAML."""
-    train_split: str | None = None
-    """Split to train on; null = the definition's ``train_split``."""
-    eval_split: str | None = None
-    """Split for held-out evaluation; null = the definition's ``eval_split``. ``<definition>:<split>``
-    takes another definition's split with the same verifier (``math500:test`` for ``task=math``)."""
-    data_dir: str | None = None
-    """Folder with local copies: each split's ``local_file`` in it is read instead of the hub."""
-    data_files: dict[str, str] = field(default_factory=dict)
-    """Local file (JSON, JSONL or Parquet) per split (``+task.data_files.train=/data/math_train.jsonl``);
-    wins over ``data_dir``."""
-    source_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Overrides of a generated dataset's keyword arguments for every split
-    (``+task.source_kwargs.max_operand=9``, ``operations``)."""
-    prompt_template: str | None = None
-    """``str.format`` template over the row's fields; null = the definition's."""
-    use_chat_template: bool = False
-    """Wrap the rendered prompt as a user message with the tokenizer's chat template."""
-    system_prompt: str | None = None
-    """System message (chat template), or text put before the prompt (raw), as in evaluation."""
-    rewards: list[RewardSpec] = field(default_factory=list)
-    """Reward components (verifier name, weight, options). Empty = the definition's verifier alone. Accuracy is
-    measured by the definition's verifier as the first component: listed first, its options go on top of the
-    definition's; not listed, it is put first with weight 0 (measured, not rewarded)."""
-    none_policy: str = "propagate"
-    """How an unscorable component combines: ``propagate``, ``skip`` or ``zero`` (see rewards.compose)."""
-    allow_train_on_eval: bool = False
-    """Train on a split that evaluation measures (the definition's or the held-out one); refused unless true,
-    and warned about when true: the held-out numbers are then not held out."""
-    max_train_examples: int | None = None
-    """Keep only the first N training rows (null: all)."""
-    max_eval_examples: int | None = 200
-    """Keep only the first N held-out rows (null: all)."""
-    env: str | None = None
-    """Environment of multi-turn episodes (``python_tool``, or any registered name; reasoning_rl.envs,
-    docs/tools.md); null = single-turn completions, as before."""
-    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
-    """How an episode runs when ``env`` is set: ``max_turns``, the token budget ``max_tokens``, the
-    environment's ``options``."""
-    audit: AuditConfig = field(default_factory=AuditConfig)
-    """Verifier audit: a second verifier re-scores a seeded sample of each step's completions
-    (``task.audit.verifier=math +task.audit.options.strict=true``); logged as ``audit/*``, the
-    disagreements in ``audit.jsonl`` (rewards.audit, docs/rewards.md). Off by default."""
 
 
 @dataclass

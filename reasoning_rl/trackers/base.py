@@ -5,26 +5,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 log = logging.getLogger("reasoning_rl.trackers")
-
-
-@dataclass
-class TrackingConfig:
-    """``trainer.tracking``: where the trackers of ``trainer.loggers`` write (docs/trackers.md)."""
-
-    project: str = "reasoning-rl"
-    """W&B project and MLflow experiment name."""
-    run_name: str | None = None
-    """The tracker run's name (null = the run folder's name)."""
-    mlflow_tracking_uri: str | None = None
-    """MLflow server (``http://127.0.0.1:5000``) or store; null = $MLFLOW_TRACKING_URI, else ./mlruns.
-    An http(s) URI that does not answer stops the run before its first step."""
-    wandb_mode: str | None = None
-    """online, offline or disabled; null = $WANDB_MODE, else online."""
 
 
 class Tracker(Protocol):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reasoning_rl.errors import UserError
-from reasoning_rl.trackers.base import TrackingConfig
+from reasoning_rl.settings.trainer import TrackingConfig
 
 SWEEP_TAG = "reasoning_rl.sweep"
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from reasoning_rl.errors import UserError
-from reasoning_rl.trackers.base import Guarded, Tracker, TrackingConfig
+from reasoning_rl.settings.trainer import TrackingConfig
+from reasoning_rl.trackers.base import Guarded, Tracker
 
 log = logging.getLogger("reasoning_rl.trackers")
 

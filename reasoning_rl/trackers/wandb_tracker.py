@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reasoning_rl.trackers.base import TrackingConfig
+from reasoning_rl.settings.trainer import TrackingConfig
 
 
 class WandbTracker:

@@ -13,10 +13,11 @@ import pytest
 
 from benchmarks.config import EvalConfig
 from benchmarks.runner import run
+from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.config import TrainConfig
-from reasoning_rl.policy.loading import TinyModelConfig
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.run_folder.checkpoint import PROMPTING_FILE
+from reasoning_rl.settings.model import TinyModelConfig
 from reasoning_rl.trainer import Trainer
 
 EVAL_PROBLEMS = 8
@@ -26,7 +27,7 @@ MAX_NEW_TOKENS = 4
 def short_run_config() -> TrainConfig:
     """Two GRPO steps of a tiny model on arithmetic, trained on a raw prompt with its own template
     (the tokenizer does have a chat template, which training does not use)."""
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.model.tiny = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     cfg.task.prompt_template = "{question} Answer: "
     cfg.task.system_prompt = "Compute."

@@ -9,7 +9,8 @@ import pytest
 
 from benchmarks.retry_probe import failures, main
 from reasoning_rl.envs import get_environment
-from reasoning_rl.tasks import Task, TaskConfig
+from reasoning_rl.settings.task import TaskConfig
+from reasoning_rl.tasks import Task
 
 OPTIONS = {"retry_prompt": "last_line"}
 

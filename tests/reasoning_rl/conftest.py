@@ -3,9 +3,10 @@
 import pytest
 import torch
 
+from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.config import TrainConfig
-from reasoning_rl.policy.loading import TinyModelConfig
 from reasoning_rl.policy.runtime_check import TOLERANCES
+from reasoning_rl.settings.model import TinyModelConfig
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 
 RUNTIME_CHECK = "policy/runtime_max_abs_diff"
@@ -28,7 +29,7 @@ adds its own trainer.steps and trainer.save_every."""
 
 
 def tiny_config(steps: int = 4) -> TrainConfig:
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.model.tiny = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     cfg.task.prompt_template = "{question} Answer: "
     cfg.task.max_train_examples = 64

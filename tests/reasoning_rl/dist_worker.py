@@ -16,12 +16,13 @@ from pathlib import Path
 import torch
 
 from reasoning_rl import distributed
+from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.config import TrainConfig
-from reasoning_rl.policy.loading import TinyModelConfig
 from reasoning_rl.rollouts.sampling import Completion
 from reasoning_rl.rollouts.stack import RolloutStack
 from reasoning_rl.run_folder import checkpoint as ckpt
-from rewards.compose import RewardSpec
+from reasoning_rl.settings.model import TinyModelConfig
+from rewards.specs import RewardSpec
 
 
 class FixedEngine:
@@ -61,7 +62,7 @@ class FixedEngine:
 
 
 def config(run_dir: str, steps: int, resume: bool) -> TrainConfig:
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.model.tiny = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     cfg.task.prompt_template = "{question} Answer: "
     cfg.task.max_train_examples = 64

@@ -10,7 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from reasoning_rl.cli import to_train_config
-from reasoning_rl.config import TrainConfig, register_configs
+from reasoning_rl.config import TrainConfig
+from reasoning_rl.config_store import register_configs
 from reasoning_rl.validation import validate
 from tests.reasoning_rl.conftest import compose_train
 

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from reasoning_rl import cli
 from reasoning_rl.cli import run_training, to_train_config
-from reasoning_rl.config import register_configs
+from reasoning_rl.config_store import register_configs
 from reasoning_rl.entry_points import as_user_error
 from reasoning_rl.errors import DEBUG_ENV
 from reasoning_rl.run_folder.lock import RunFolderConflict, prepare_run_folder

@@ -9,9 +9,10 @@ import pytest
 
 from benchmarks.config import EVAL_FREE, EVAL_RANGES, EvalConfig
 from benchmarks.config import validate as validate_eval
+from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.algo.registry import get_algorithm, list_algorithms
 from reasoning_rl.cli import to_train_config
-from reasoning_rl.config import TrainConfig, register_configs
+from reasoning_rl.config import TrainConfig
 from reasoning_rl.config_checks import (
     TRAIN_FREE,
     TRAIN_RANGES,
@@ -24,6 +25,7 @@ from reasoning_rl.config_checks import (
     text_fields,
 )
 from reasoning_rl.config_choices import TRAIN_CHOICES, TRAIN_TEXT
+from reasoning_rl.config_store import register_configs
 from reasoning_rl.entry_points import as_user_error, hydra_message, user_errors_exit
 from reasoning_rl.errors import StorageError, UserError
 from reasoning_rl.validation import key_problems, validate
@@ -86,7 +88,7 @@ def test_every_text_setting_has_its_choices_or_a_rule():
     ("model.lm_head_chunk", "big", "model.lm_head_chunk='big' is not auto, 0 or a number of positions"),
 ])
 def test_text_settings_are_checked_with_the_others(key, value, message):
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     group, *inner, name = key.split(".")
     target = getattr(cfg, group)
     for part in inner:
@@ -98,7 +100,7 @@ def test_text_settings_are_checked_with_the_others(key, value, message):
 
 
 def test_a_reward_component_with_an_unknown_verifier_is_named_by_its_position():
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.task.rewards = [{"name": "math"}, {"name": "fromat", "weight": 0.1}]
     with pytest.raises(ConfigError, match=r"task\.rewards\[1\]\.name='fromat' is unknown \(did you mean format\?\)"):
         validate(cfg)
@@ -118,7 +120,7 @@ def test_range_bounds(rng, inside, outside, text):
 
 
 def test_every_bad_setting_is_named_in_one_message():
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.trainer.save_every, cfg.trainer.keep_checkpoints, cfg.rollout.top_p = -5, -1, 0.0
     cfg.warmstart.stop_at_accuracy = 1.5
     with pytest.raises(ConfigError) as info:
@@ -133,7 +135,7 @@ def test_every_bad_setting_is_named_in_one_message():
 
 
 def test_one_bad_setting_is_one_line_and_the_algorithm_check_is_not_repeated():
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.algo.group_size = 0  # out of the table's range, and GRPO's own check (>= 2) would say it again
     with pytest.raises(ConfigError) as info:
         validate(cfg)
@@ -150,7 +152,7 @@ def test_mentions_matches_whole_keys_only():
 
 
 def test_tiny_model_heads_must_divide_its_width():
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.model.tiny.hidden_size, cfg.model.tiny.num_heads = 30, 4
     with pytest.raises(ConfigError, match=r"model\.tiny\.hidden_size=30 must be a multiple of model\.tiny\.num_heads=4"):
         validate(cfg)
@@ -255,7 +257,6 @@ def test_user_errors_exit_with_code_2_and_bugs_pass_through(capsys, monkeypatch)
 
 def test_a_range_declared_by_a_field_is_checked():
     # the corrections' options declare their ranges beside them (CorrectionConfig), not in TRAIN_RANGES
-    from reasoning_rl.algo.grpo_config import GRPOConfig
     from reasoning_rl.config_checks import ConfigError
     from reasoning_rl.validation import validate
     from tests.reasoning_rl.conftest import tiny_config

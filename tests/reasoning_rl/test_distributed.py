@@ -19,14 +19,16 @@ import torch
 
 from reasoning_rl import distributed
 from reasoning_rl.algo.aggregation import LossNormalizer
+from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.algo.optim import clip_and_measure
 from reasoning_rl.config import TrainConfig
 from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.distributed import process_group
-from reasoning_rl.policy.loading import ModelConfig, TinyModelConfig, load_model, load_pretrained
+from reasoning_rl.policy.loading import load_model, load_pretrained
 from reasoning_rl.rollouts.prompt_sampler import PromptSampler
 from reasoning_rl.run_folder.checkpoint import STATE_FILE, list_checkpoints
 from reasoning_rl.run_folder.metrics_log import read_metrics
+from reasoning_rl.settings.model import ModelConfig, TinyModelConfig
 from reasoning_rl.trainer import check_world_size
 from reasoning_rl.validation import validate
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
@@ -280,7 +282,7 @@ def test_two_nodes_an_endpoint_that_cannot_be_reached_is_named_in_one_line(tmp_p
 def test_fsdp_refuses_the_combinations_it_does_not_handle(setting, message):
     from reasoning_rl.algo.registry import get_algorithm
 
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.trainer.fsdp = True
     validate(cfg)  # GRPO with hf rollouts: accepted
     for key, value in setting.items():
@@ -326,7 +328,7 @@ def test_each_rank_gets_its_shard_of_the_same_global_draw(monkeypatch):
 
 
 def test_a_batch_that_does_not_split_over_the_ranks_says_what_to_do(monkeypatch):
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.algo.prompts_per_step = 6
     check_world_size(cfg, 2)
     with pytest.raises(ConfigError, match=r"algo.prompts_per_step=6 cannot be split evenly over 4 ranks.*multiple of 4"):

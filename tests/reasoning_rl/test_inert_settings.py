@@ -6,9 +6,11 @@ import logging
 import pytest
 from hydra import compose, initialize_config_module
 
+from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.cli import to_train_config
-from reasoning_rl.config import TrainConfig, register_configs
+from reasoning_rl.config import TrainConfig
 from reasoning_rl.config_checks import ConfigError
+from reasoning_rl.config_store import register_configs
 from reasoning_rl.inert_settings import INERT, inert_settings, value_and_default
 from reasoning_rl.validation import validate
 from tests.conftest import REPO_ROOT
@@ -78,7 +80,7 @@ def _set(cfg, dotted, value):
 
 
 def _config(row):
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     DISABLE.get(row.needs, lambda c: None)(cfg)
     _, default = value_and_default(cfg, row.setting)
     _set(cfg, row.setting, CHANGED[row.setting] if row.setting in CHANGED else _changed(default))
@@ -105,7 +107,7 @@ def test_each_row_speaks_when_set_without_its_condition_and_not_with_it(row, cap
 
 
 def test_the_audit_fraction_without_a_verifier_is_one_line_naming_what_to_set():
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.task.audit.fraction = 0.5
     with pytest.raises(ConfigError) as info:
         validate(cfg)
@@ -114,7 +116,7 @@ def test_the_audit_fraction_without_a_verifier_is_one_line_naming_what_to_set():
 
 
 def test_defaults_are_never_reported():
-    assert inert_settings(TrainConfig()) == []
+    assert inert_settings(TrainConfig(algo=GRPOConfig())) == []
 
 
 GROUPS = [(g, p.stem) for g in ("algo", "task", "model", "rollout") for p in sorted((CONF / g).glob("*.yaml"))]

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.cli import share_the_cores, to_train_config
-from reasoning_rl.config import TrainConfig, register_configs
+from reasoning_rl.config import TrainConfig
+from reasoning_rl.config_store import register_configs
 from reasoning_rl.reporting import report
 from reasoning_rl.run_folder.lock import RunFolderConflict, prepare_run_folder
 from reasoning_rl.validation import validate
@@ -111,7 +113,7 @@ def test_a_folder_holding_another_run_is_refused(tmp_path):
 
 def test_parallel_runs_share_the_cores(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 8)
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.trainer.num_threads, cfg.rollout.reward_workers = None, None
     share_the_cores(cfg, 4)
     assert (cfg.trainer.num_threads, cfg.rollout.reward_workers) == (2, 2)

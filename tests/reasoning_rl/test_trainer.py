@@ -58,7 +58,7 @@ def test_resume_matches_uninterrupted_run(small_cfg, tmp_path, resume_matches_un
 @pytest.mark.numerics
 def test_shared_prompt_forward_trains_like_the_full_forward(small_cfg, tmp_path):
     """Same seed, same steps: encoding each group's prompt once changes nothing but speed."""
-    from rewards.compose import RewardSpec
+    from rewards.specs import RewardSpec
 
     small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]  # varies within groups
     small_cfg.trainer.steps = 3
@@ -73,7 +73,7 @@ def test_shared_prompt_forward_trains_like_the_full_forward(small_cfg, tmp_path)
 
 
 def test_num_iterations_reuses_rollouts(small_cfg, tmp_path):
-    from rewards.compose import RewardSpec
+    from rewards.specs import RewardSpec
 
     # a reward that varies within groups even for an untrained model: "has a digit"
     small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
@@ -99,7 +99,7 @@ def test_bad_config_is_rejected_with_the_key(small_cfg, tmp_path):
 
 def test_none_rewards_get_zero_advantage(small_cfg, tmp_path):
     """A reward that cannot score leaves the sample out (NaN reward, advantage 0), never 0."""
-    from rewards.compose import RewardSpec
+    from rewards.specs import RewardSpec
 
     small_cfg.task.rewards = [RewardSpec(name="overlong", options={"max_length": 4, "buffer": 2,
                                                                     "length_field": "missing"})]

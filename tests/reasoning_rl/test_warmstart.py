@@ -5,7 +5,7 @@ import random
 import torch
 
 from reasoning_rl.algo.sft import SFTConfig
-from reasoning_rl.config import WarmStartConfig
+from reasoning_rl.settings.evaluation import WarmStartConfig
 from reasoning_rl.warmstart import DrawWithReplacement, warm_start_settings
 
 

@@ -14,14 +14,15 @@ import pytest
 import torch
 
 from reasoning_rl.batching import pack
-from reasoning_rl.config import WarmStartConfig
 from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.envs import Environment, StepResult, register_environment, unregister_environment
 from reasoning_rl.envs.code_feedback import CodeFeedback
 from reasoning_rl.envs.python_tool import PythonTool
 from reasoning_rl.policy.loading import build_char_tokenizer
 from reasoning_rl.policy.logprobs import completion_logprobs
-from reasoning_rl.tasks import Task, TaskConfig
+from reasoning_rl.settings.evaluation import WarmStartConfig
+from reasoning_rl.settings.task import TaskConfig
+from reasoning_rl.tasks import Task
 from reasoning_rl.validation import validate
 from reasoning_rl.warmstart import (
     ObservationMaskedSFT,

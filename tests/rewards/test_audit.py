@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from rewards.audit import AuditConfig, AuditReport, PendingAudit, VerifierAudit, audit_sample, compare, merge
+from rewards.audit import AuditReport, PendingAudit, VerifierAudit, audit_sample, compare, merge
 from rewards.pool import WorkerPool
+from rewards.specs import AuditConfig
 from rewards.types import VerifierResult
 
 ok = VerifierResult.ok

@@ -62,7 +62,7 @@ def test_selected_groups_keep_the_kinds() -> None:
 def test_a_grpo_run_with_the_audit_logs_its_metrics_and_disagreements(small_cfg, tmp_path) -> None:
     from reasoning_rl.run_folder.metrics_log import read_metrics
     from reasoning_rl.trainer import Trainer
-    from rewards.audit import AuditConfig
+    from rewards.specs import AuditConfig
 
     cfg = small_cfg
     cfg.trainer.steps = 2

@@ -18,13 +18,15 @@ from reasoning_rl.algo.losses import KLPenaltyConfig
 from reasoning_rl.algo.ppo import PPO, PPOConfig, build_critic
 from reasoning_rl.batching import pack
 from reasoning_rl.cli import to_train_config
-from reasoning_rl.config import TrainConfig, register_configs
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.config import TrainConfig
+from reasoning_rl.config_store import register_configs
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.run_folder.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state
 from reasoning_rl.run_folder.metrics_log import read_metrics
+from reasoning_rl.settings.model import TinyModelConfig
 from reasoning_rl.trainer import Trainer
 from reasoning_rl.validation import validate
-from rewards.compose import RewardSpec
+from rewards.specs import RewardSpec
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import _train, compose_train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, documented_for, undocumented

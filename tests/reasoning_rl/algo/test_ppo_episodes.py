@@ -19,7 +19,7 @@ from reasoning_rl.algo.ppo import PPOConfig, action_mask
 from reasoning_rl.envs import Environment, StepResult, register_environment, unregister_environment
 from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
-from rewards.compose import RewardSpec
+from rewards.specs import RewardSpec
 from tests.reasoning_rl.conftest import _train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented
 

@@ -16,8 +16,8 @@ from reasoning_rl.algo.offline import FILE_NAME, Group, OfflineSamples, Sample
 from reasoning_rl.algo.rft import RFT, RFTConfig
 from reasoning_rl.algo.sft import SFT, MissingSolutionError, SFTConfig
 from reasoning_rl.cli import to_train_config
-from reasoning_rl.config import register_configs
 from reasoning_rl.config_checks import ConfigError
+from reasoning_rl.config_store import register_configs
 from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
 from reasoning_rl.validation import validate

@@ -75,7 +75,7 @@ def test_informative_groups():
 
 def test_dynamic_sampling_keeps_informative_groups_and_counts_the_waste(small_cfg, tmp_path):
     from reasoning_rl.run_folder.metrics_log import read_metrics
-    from rewards.compose import RewardSpec
+    from rewards.specs import RewardSpec
 
     small_cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
     small_cfg.algo.dynamic_sampling.enabled = True

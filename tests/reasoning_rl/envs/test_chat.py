@@ -140,7 +140,7 @@ def test_a_tokenizer_without_a_chat_template_is_refused_with_what_to_do():
 
 def _train_config(overrides):
     from reasoning_rl.cli import to_train_config
-    from reasoning_rl.config import register_configs
+    from reasoning_rl.config_store import register_configs
 
     register_configs()
     return to_train_config(compose_train(overrides))

@@ -134,7 +134,8 @@ def test_the_training_reward_is_the_final_attempts_score_times_the_discount(bpe_
 
     from reasoning_rl.algo.groups import completion_rows, sample_and_score
     from reasoning_rl.reward_guard import RewardGuard
-    from rewards.compose import CompositeReward, RewardSpec
+    from rewards.compose import CompositeReward
+    from rewards.specs import RewardSpec
 
     engine = EpisodeEngine(ScriptedEngine(bpe_tokenizer, ["x + 4\n", "x + 3\n"]), bpe_tokenizer, "code_feedback",
                            EpisodeConfig(max_turns=2, max_tokens=1000, options={"attempt_discount": 0.8}), [EXAMPLE])

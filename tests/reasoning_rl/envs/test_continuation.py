@@ -16,8 +16,9 @@ from reasoning_rl.envs import (
 )
 from reasoning_rl.envs.episode import EpisodeEngine
 from reasoning_rl.policy.engines import HFEngine, NativeEngine
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.settings.model import TinyModelConfig
 from tests.reasoning_rl.conftest import assert_logprobs_close
 
 PROMPTS = ["What is 3 + 4? Answer: ", "12 * 3 = "]

@@ -11,7 +11,8 @@ from reasoning_rl.evaluation.heldout import evaluate_heldout
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example
 from rewards import VerifierResult, WorkerPool, register_verifier, unregister_verifier
-from rewards.compose import CompositeReward, RewardSpec
+from rewards.compose import CompositeReward
+from rewards.specs import RewardSpec
 
 # Problem "a" (answer 7): samples "7", "7", "8", " 7 " -> "7" (3 votes, " 7 " normalised) beats "8": maj@4 = 1.
 # Problem "b" (answer 1): samples "1", "2", "2", "2" -> "2" wins: maj@4 = 0.

@@ -8,9 +8,10 @@ import torch
 
 from reasoning_rl.evaluation.kl_to_base import BaseProbe, forward_kl, sample_probe
 from reasoning_rl.policy.engines import HFEngine
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.run_folder.metrics_log import read_metrics
+from reasoning_rl.settings.model import TinyModelConfig
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import _train
 

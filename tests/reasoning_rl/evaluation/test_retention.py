@@ -17,7 +17,8 @@ from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.tasks import Example, get_definition, load_problems
 from reasoning_rl.trainer import Trainer
 from reasoning_rl.validation import validate
-from rewards.compose import CompositeReward, RewardSpec
+from rewards.compose import CompositeReward
+from rewards.specs import RewardSpec
 from tests.reasoning_rl.conftest import _train
 
 # A second task given by path: products instead of the training task's sums, scored by the math verifier.

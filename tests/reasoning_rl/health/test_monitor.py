@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from reasoning_rl.health import HealthConfig, HealthSink, HealthStop
+from reasoning_rl.health import HealthSink, HealthStop
 from reasoning_rl.run_folder.status import read_status, update_status, write_status
+from reasoning_rl.settings.trainer import HealthConfig
 from tests.reasoning_rl.test_cli_errors import PROG, TINY
 
 
@@ -104,10 +105,11 @@ def test_a_rule_in_stop_on_stops_a_real_run_failed_with_the_rule_as_cause(tmp_pa
 def test_a_folder_trained_before_the_rules_existed_can_be_resumed_with_them():
     from dataclasses import asdict
 
+    from reasoning_rl.algo.grpo_config import GRPOConfig
     from reasoning_rl.config import TrainConfig
     from reasoning_rl.run_folder.status import config_differences
 
-    new = asdict(TrainConfig())
+    new = asdict(TrainConfig(algo=GRPOConfig()))
     old = {**new, "trainer": {k: v for k, v in new["trainer"].items() if k not in ("health", "loggers", "tracking")}}
     assert config_differences(old, new) == []
     new["trainer"]["health"]["stop_on"] = ["non_finite", "kl_runaway"]

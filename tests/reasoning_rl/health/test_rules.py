@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
-from reasoning_rl.health import RULE_NAMES, RULES, HealthConfig, HealthMonitor, replay
+from reasoning_rl.health import RULE_NAMES, RULES, HealthMonitor, replay
 from reasoning_rl.health.rules import TESTS, read_value
+from reasoning_rl.settings.trainer import RULE_THRESHOLDS, HealthConfig
 from tests.conftest import REPO_ROOT, assert_close_up_to_rounding
 
 
@@ -114,3 +115,10 @@ def test_the_value_of_a_rule_sums_its_keys_and_globs():
     rule = next(r for r in RULES if r.name == "tamper")
     assert read_value(rule, {"reward/tamper/a": 1, "reward/tamper/b": 2, "reward/mean": 5}) == 3
     assert read_value(rule, {"reward/mean": 5}) is None
+
+
+def test_every_rule_has_one_threshold_setting_and_every_setting_a_rule() -> None:
+    """The thresholds are settings (``trainer.health.thresholds``, reasoning_rl.settings.trainer); the rules read
+    them, so the two tables name the same rules in the same order."""
+    assert tuple(RULE_THRESHOLDS) == RULE_NAMES
+    assert all(r.threshold == RULE_THRESHOLDS[r.name] for r in RULES)

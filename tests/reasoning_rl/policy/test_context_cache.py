@@ -9,7 +9,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from reasoning_rl.policy.lean import LeanDecoder
 from reasoning_rl.policy.lean.context_cache import CachedContext, ContextCache
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
+from reasoning_rl.settings.model import TinyModelConfig
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 
 pytestmark = pytest.mark.numerics

@@ -9,8 +9,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from reasoning_rl.policy.engines import NativeEngine
 from reasoning_rl.policy.lean import LeanDecoder, group_size, lean_decoder_support
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.settings.model import TinyModelConfig
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 
 pytestmark = pytest.mark.numerics

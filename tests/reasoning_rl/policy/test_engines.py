@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from reasoning_rl.policy.engines import HFEngine, NativeEngine
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.policy.logprobs import frozen_logprobs
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.settings.model import TinyModelConfig
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 
 pytestmark = pytest.mark.numerics

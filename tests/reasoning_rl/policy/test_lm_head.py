@@ -157,8 +157,9 @@ def test_resolve_chunk_names_the_bad_setting(setting):
 
 def test_load_model_records_the_chunk_and_turns_checkpointing_on(caplog):
     from reasoning_rl.policy.lm_head import chunk_of
-    from reasoning_rl.policy.loading import ModelConfig, TinyModelConfig, load_model
+    from reasoning_rl.policy.loading import load_model
     from reasoning_rl.policy.logprobs import checkpointing_enabled
+    from reasoning_rl.settings.model import ModelConfig, TinyModelConfig
 
     tiny = TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32)
     with caplog.at_level("INFO", logger="reasoning_rl.policy.loading"):

@@ -9,8 +9,9 @@ import torch
 
 from reasoning_rl.batching import pack
 from reasoning_rl.policy.lean import lean_decoder_support
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.policy.logprobs import completion_logprobs, selective_log_softmax
+from reasoning_rl.settings.model import TinyModelConfig
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import assert_runs_train_alike
 

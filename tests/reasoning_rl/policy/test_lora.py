@@ -13,15 +13,10 @@ from reasoning_rl.algo.optim import build_optimizer
 from reasoning_rl.batching import pack
 from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.memory import training_state_bytes
-from reasoning_rl.policy.loading import ModelConfig, TinyModelConfig, load_model, load_pretrained
+from reasoning_rl.policy.loading import load_model, load_pretrained
 from reasoning_rl.policy.logprobs import completion_logprobs, frozen_logprobs
-from reasoning_rl.policy.lora import (
-    AdapterDisabled,
-    LoRAConfig,
-    is_lora,
-    merged_state_dict,
-    trainable_parameters,
-)
+from reasoning_rl.policy.lora import AdapterDisabled, is_lora, merged_state_dict, trainable_parameters
+from reasoning_rl.settings.model import LoRAConfig, ModelConfig, TinyModelConfig
 from reasoning_rl.validation import validate
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 

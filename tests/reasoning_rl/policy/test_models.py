@@ -6,12 +6,12 @@ import torch
 
 from reasoning_rl.policy.loading import (
     ALIGNMENT_BYTES,
-    TinyModelConfig,
     align_tensors,
     build_tiny_model,
     load_pretrained,
     set_training,
 )
+from reasoning_rl.settings.model import TinyModelConfig
 
 
 def test_a_loaded_model_is_aligned_equal_and_still_tied(tmp_path):

@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from reasoning_rl.hub import hub_unreachable
-from reasoning_rl.policy.gguf_cache import GGUFSourceConfig, ModelNotAvailableError, converted_folder
-from reasoning_rl.policy.loading import ModelConfig, load_pretrained
+from reasoning_rl.policy.gguf_cache import ModelNotAvailableError, converted_folder
+from reasoning_rl.policy.loading import load_pretrained
+from reasoning_rl.settings.model import GGUFSourceConfig, ModelConfig
 from reasoning_rl.tasks.data import TaskDataError, load_problems
 from reasoning_rl.tasks.definition import get_definition
 
@@ -103,7 +104,7 @@ def test_smollm2_converts_once_and_chats():
     from hydra import compose, initialize_config_module
 
     from reasoning_rl.cli import to_train_config
-    from reasoning_rl.config import register_configs
+    from reasoning_rl.config_store import register_configs
     from reasoning_rl.policy.loading import load_model
 
     register_configs()

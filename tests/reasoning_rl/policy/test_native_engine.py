@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from reasoning_rl.policy.engines import HFEngine, NativeEngine, inverse_cdf_sample, make_engine
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.settings.model import TinyModelConfig
 
 PROMPTS = ["What is 3 + 4? Answer: ", "What is 13 + 14? Answer: ", "1+2="]  # different lengths: left padding
 

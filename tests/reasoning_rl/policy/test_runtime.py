@@ -4,7 +4,7 @@ compute something else than transformers' modules (reasoning_rl.policy.runtime).
 import pytest
 import torch
 
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.policy.logprobs import completion_logprobs
 from reasoning_rl.policy.runtime import (
     RuntimeSettingError,
@@ -13,6 +13,7 @@ from reasoning_rl.policy.runtime import (
     set_runtime,
     uses_lean,
 )
+from reasoning_rl.settings.model import TinyModelConfig
 
 
 def _model(arch="llama"):
@@ -120,7 +121,8 @@ def test_the_trainer_refuses_an_unknown_runtime(small_cfg, tmp_path):
 
 def test_a_lora_policy_runs_on_hf_and_says_why():
     pytest.importorskip("peft")
-    from reasoning_rl.policy.loading import ModelConfig, load_model
+    from reasoning_rl.policy.loading import load_model
+    from reasoning_rl.settings.model import ModelConfig
 
     cfg = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
     cfg.lora.r = 8

@@ -9,10 +9,11 @@ import torch
 
 from reasoning_rl.errors import UserError
 from reasoning_rl.policy.engines import NativeEngine
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.policy.runtime_check import RuntimeMismatchError, check_runtime, tolerance_for
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.settings.model import TinyModelConfig
 from tests.conftest import decoder_terms, rounding_atol
 from tests.reasoning_rl.conftest import assert_runs_train_alike
 

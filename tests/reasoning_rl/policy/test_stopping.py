@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from reasoning_rl.policy.engines import NativeEngine
-from reasoning_rl.policy.loading import TinyModelConfig, build_char_tokenizer, build_tiny_model
+from reasoning_rl.policy.loading import build_char_tokenizer, build_tiny_model
 from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 from reasoning_rl.rollouts.sampling import SamplingConfig, cut_at_stop
+from reasoning_rl.settings.model import TinyModelConfig
 from tests.reasoning_rl.envs.conftest import build_bpe_tokenizer
 from tests.reasoning_rl.envs.test_episode_cache import assert_same_episodes, ragged_env, run  # noqa: F401 (a fixture)
 

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from reasoning_rl.config import RolloutConfig
 from reasoning_rl.envs import (
     Environment,
     EpisodeConfig,
@@ -28,9 +27,11 @@ from reasoning_rl.envs import (
     register_environment,
     unregister_environment,
 )
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.policy.vllm import VLLMRolloutEngine, current_platform
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.settings.model import TinyModelConfig
+from reasoning_rl.settings.rollout import RolloutConfig
 from tests.reasoning_rl.conftest import _train
 
 pytestmark = [pytest.mark.vllm,
@@ -156,9 +157,10 @@ EVAL_PROBLEMS = 64
 
 
 def _grpo_config(backend: str, run_dir: Path):
+    from reasoning_rl.algo.grpo_config import GRPOConfig
     from reasoning_rl.config import TrainConfig
 
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.model.tiny = SHAPE
     cfg.model.device = _device()
     cfg.task.prompt_template = "{question} Answer: "

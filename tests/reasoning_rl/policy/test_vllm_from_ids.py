@@ -13,7 +13,7 @@ import torch
 
 from reasoning_rl.envs import EpisodeConfig
 from reasoning_rl.envs.episode import EpisodeEngine
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.policy.vllm import (
     VLLMRolloutEngine,
     VLLMSampler,
@@ -21,6 +21,7 @@ from reasoning_rl.policy.vllm import (
     prompt_seed,
 )
 from reasoning_rl.rollouts.sampling import SamplingConfig
+from reasoning_rl.settings.model import TinyModelConfig
 from reasoning_rl.tasks import Example
 from tests.reasoning_rl.envs.conftest import build_bpe_tokenizer, char_ids
 from tests.reasoning_rl.policy.test_vllm_rollout import FakeLLM

@@ -18,10 +18,9 @@ import pytest
 import torch
 import yaml
 
-from reasoning_rl.config import RolloutConfig
 from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.policy.engines import HFEngine, make_engine
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.policy.logprobs import frozen_logprobs
 from reasoning_rl.policy.vllm import (
     Platform,
@@ -37,6 +36,8 @@ from reasoning_rl.policy.vllm import (
 )
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.rollouts.stack import RolloutStack
+from reasoning_rl.settings.model import TinyModelConfig
+from reasoning_rl.settings.rollout import RolloutConfig
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 HAS_VLLM = importlib.util.find_spec("vllm") is not None

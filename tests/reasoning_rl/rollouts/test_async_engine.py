@@ -34,7 +34,7 @@ from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented
 def _learning_config(steps: int = 4):
     """The tiny model on a reward that varies within groups ("has a digit"), so the weights move every step
     and a sampler one version behind samples differently from one that is not."""
-    from rewards.compose import RewardSpec
+    from rewards.specs import RewardSpec
 
     cfg = tiny_config(steps=steps)
     cfg.task.rewards = [RewardSpec(name="format", options={"pattern": "[0-9]"})]
@@ -227,8 +227,9 @@ def test_the_generators_rewards_are_used_only_for_exactly_the_inputs_it_scored()
     fields the generator scored (once), and scores in the trainer otherwise."""
     from types import SimpleNamespace
 
-    from rewards.compose import CompositeReward, RewardSpec
+    from rewards.compose import CompositeReward
     from rewards.pool import WorkerPool
+    from rewards.specs import RewardSpec
 
     reward = CompositeReward([RewardSpec(name="format", options={"pattern": "[0-9]"})])
     pool = WorkerPool(0)
@@ -289,7 +290,7 @@ def test_a_killed_generator_fails_the_run_instead_of_hanging(tmp_path, monkeypat
     from hydra import compose, initialize_config_module
 
     from reasoning_rl.cli import run_training
-    from reasoning_rl.config import register_configs
+    from reasoning_rl.config_store import register_configs
     from tests.reasoning_rl.test_cli_errors import TINY
 
     prefetch = AsyncEngine.prefetch

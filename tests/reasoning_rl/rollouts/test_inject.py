@@ -8,9 +8,10 @@ import torch
 from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.policy.engines import NativeEngine
 from reasoning_rl.policy.loading import load_model
-from reasoning_rl.rollouts.inject import InjectConfig, InjectedEngine, inject_engine, perturb_
+from reasoning_rl.rollouts.inject import InjectedEngine, inject_engine, perturb_
 from reasoning_rl.rollouts.sampling import SamplingConfig
 from reasoning_rl.run_folder.metrics_log import read_metrics
+from reasoning_rl.settings.rollout import InjectConfig
 from reasoning_rl.validation import validate
 from tests.reasoning_rl.conftest import _train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, undocumented
@@ -125,7 +126,7 @@ def test_every_inject_option_composes_into_the_lab_and_validates(name):
     from hydra import compose, initialize_config_module
 
     from reasoning_rl.cli import to_train_config
-    from reasoning_rl.config import register_configs
+    from reasoning_rl.config_store import register_configs
 
     register_configs()
     with initialize_config_module("conf", version_base=None):
@@ -138,7 +139,7 @@ def test_every_inject_option_composes_into_the_lab_and_validates(name):
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_corrections_run_in_both_algorithms_with_several_updates_a_batch(algo, tmp_path):
     from reasoning_rl.algo.ppo import PPOConfig
-    from rewards.compose import RewardSpec
+    from rewards.specs import RewardSpec
 
     cfg = tiny_config(steps=2)
     cfg.trainer.save_every = 0

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from reasoning_rl.errors import UserError
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.run_folder import checkpoint as ckpt
+from reasoning_rl.settings.model import TinyModelConfig
 
 
 def save(run_dir: Path, step: int) -> Path:
@@ -131,10 +132,11 @@ def test_unreadable_trainer_state_names_the_checkpoint(run_dir: Path) -> None:
 
 def test_resumed_training_falls_back_past_a_corrupt_checkpoint(tmp_path: Path, caplog) -> None:
     """The trainer resumes from checkpoint-2 when checkpoint-4 is damaged, and logs which."""
+    from reasoning_rl.algo.grpo_config import GRPOConfig
     from reasoning_rl.config import TrainConfig
     from reasoning_rl.trainer import Trainer
 
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.model.tiny = TinyModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32)
     cfg.task.max_train_examples = 8
     cfg.evaluation.enabled = False

@@ -6,7 +6,8 @@ from collections import defaultdict
 
 import pytest
 
-from reasoning_rl.tasks import Task, TaskConfig
+from reasoning_rl.settings.task import TaskConfig
+from reasoning_rl.tasks import Task
 from reasoning_rl.tasks.code_synthetic import OPERATIONS, TEST_INPUTS, make_code_dataset
 from rewards.pool import WorkerPool
 
@@ -71,7 +72,7 @@ def test_new_operations_pass_their_reference_and_get_partial_credit():
 
 
 def test_the_recipes_all_or_nothing_reward_pays_a_wrong_constant_nothing():
-    from rewards.compose import RewardSpec
+    from rewards.specs import RewardSpec
 
     partial = Task(TaskConfig(name="code_synthetic"))
     strict = Task(TaskConfig(name="code_synthetic", rewards=[RewardSpec(name="code", options={"partial_credit": False})]))

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from reasoning_rl.tasks import Task, TaskConfig, TaskDataError
+from reasoning_rl.settings.task import TaskConfig
+from reasoning_rl.tasks import Task, TaskDataError
 from reasoning_rl.tasks.code_synthetic import OPERATIONS, TEST_INPUTS, make_code_dataset
 from rewards.pool import WorkerPool
 

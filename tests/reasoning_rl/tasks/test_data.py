@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from reasoning_rl.errors import USER_ERROR_EXIT, UserError
-from reasoning_rl.tasks import Task, TaskConfig
+from reasoning_rl.settings.task import TaskConfig
+from reasoning_rl.tasks import Task
 from reasoning_rl.tasks.data import (
     DatasetFieldError,
     TaskDataError,

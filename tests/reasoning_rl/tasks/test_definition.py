@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from reasoning_rl.errors import UserError
-from reasoning_rl.tasks import Task, TaskConfig
+from reasoning_rl.settings.task import TaskConfig
+from reasoning_rl.tasks import Task
 from reasoning_rl.tasks.definition import (
     DefinitionError,
     DefinitionNotFoundError,

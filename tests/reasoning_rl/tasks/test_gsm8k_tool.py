@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from reasoning_rl.config import WarmStartConfig
 from reasoning_rl.envs.python_tool import STOP, PythonTool
 from reasoning_rl.policy.loading import build_char_tokenizer
-from reasoning_rl.tasks import Task, TaskConfig
+from reasoning_rl.settings.evaluation import WarmStartConfig
+from reasoning_rl.settings.task import TaskConfig
+from reasoning_rl.tasks import Task
 from reasoning_rl.tasks.data import TaskDataError
 from reasoning_rl.tasks.gsm8k_tool import (
     NotArithmeticError,
@@ -191,7 +192,7 @@ def test_the_preset_reads_task_data_dir_and_masks_observations():
     from hydra import compose, initialize_config_module
 
     from reasoning_rl.cli import to_train_config
-    from reasoning_rl.config import register_configs
+    from reasoning_rl.config_store import register_configs
     from reasoning_rl.validation import validate
 
     register_configs()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from reasoning_rl.tasks import Task, TaskConfig
+from reasoning_rl.settings.task import TaskConfig
+from reasoning_rl.tasks import Task
 from reasoning_rl.tasks.multiplication import make_multiplication_dataset
 
 
@@ -37,7 +38,7 @@ def test_both_definitions_hold_the_same_held_out_problems():
 
 
 def test_the_warm_start_teaches_the_tool_episode():
-    from reasoning_rl.config import WarmStartConfig
+    from reasoning_rl.settings.evaluation import WarmStartConfig
     from reasoning_rl.warmstart import warm_start_targets
 
     examples = Task(TaskConfig(name="multiply_tool")).examples("train")[:3]

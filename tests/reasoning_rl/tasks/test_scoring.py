@@ -11,7 +11,8 @@ from benchmarks.generation import sampling_config
 from benchmarks.runner import make_verifier
 from reasoning_rl.evaluation.heldout import evaluate_heldout
 from reasoning_rl.rollouts.sampling import Completion, SamplingConfig
-from reasoning_rl.tasks import Task, TaskConfig
+from reasoning_rl.settings.task import TaskConfig
+from reasoning_rl.tasks import Task
 from reasoning_rl.tasks.data import load_problems
 from reasoning_rl.tasks.scoring import is_correct
 from rewards import WorkerPool

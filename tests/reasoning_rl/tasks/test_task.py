@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from reasoning_rl.tasks import Task, TaskConfig, TaskDataError, make_arithmetic_dataset
+from reasoning_rl.settings.task import TaskConfig
+from reasoning_rl.tasks import Task, TaskDataError, make_arithmetic_dataset
 from reasoning_rl.tasks.data import load_problems
 from reasoning_rl.tasks.definition import get_definition
 

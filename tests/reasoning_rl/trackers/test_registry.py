@@ -5,6 +5,7 @@ import importlib.util
 
 import pytest
 
+from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.config import TrainConfig
 from reasoning_rl.config_checks import ConfigError
 from reasoning_rl.trackers import TRACKERS, logger_problems
@@ -20,7 +21,7 @@ def test_a_missing_package_names_the_extra(monkeypatch):
     # Unit test of the message: the package lookup answers "not installed" for mlflow only.
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
-    cfg = TrainConfig()
+    cfg = TrainConfig(algo=GRPOConfig())
     cfg.trainer.loggers = ["tensorboard", "mlflow"]
     with pytest.raises(ConfigError) as info:
         validate(cfg)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 
 from rewards import get_verifier
-from rewards.audit import AuditConfig, VerifierAudit
+from rewards.audit import VerifierAudit
 from rewards.code.exec_mode import exec_tests
 from rewards.code.formats import FunctionalTests, StdioTests
 from rewards.pool import WorkerPool
+from rewards.specs import AuditConfig
 
 MBPP = {"test_list": ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]}
 HUMANEVAL = {"prompt": 'def inc(x):\n    """x + 1"""\n', "entry_point": "inc",

@@ -12,8 +12,9 @@ import pytest
 pytest.importorskip("math_verify")
 
 from rewards import get_verifier
-from rewards.audit import AuditConfig, VerifierAudit
+from rewards.audit import VerifierAudit
 from rewards.pool import WorkerPool
+from rewards.specs import AuditConfig
 
 TABLE = [
     # (reference, completion, Math-Verify's score, what it extracted)
