@@ -108,7 +108,7 @@ class Trainer:
             self.model, self.tokenizer = load_model(cfg.model)
         self.device = next(self.model.parameters()).device
         # Allocator, precision and runtime (reasoning_rl.policy.prepare).
-        self.runtime = prepare_policy(self.model, cfg, sharded=cfg.trainer.fsdp and distributed.is_distributed())
+        self.runtime = prepare_policy(self.model, cfg, sharded=distributed.fsdp_active(cfg))
         self.train_examples = self.task.examples(self.task.train_split, self.tokenizer)
         self.guard = RewardGuard.of(cfg.trainer)  # stops the run on a broken verifier
         self.evaluation = DuringTraining.build(cfg, self.task, self.tokenizer, self.sampling, self.reward,
@@ -167,12 +167,8 @@ class Trainer:
         distributed.broadcast_parameters(self.model)  # every rank starts from rank 0's weights
         self.algorithm.setup(state)
         self.rollouts.attach_reference(self.algorithm, self.cfg)  # async: the generator's pi_ref log-probs
-        if self.cfg.trainer.fsdp and distributed.is_distributed():
-            # FSDP2: the policy and the models the algorithm holds (the reference), sharded layer by layer
-            # once set up whole; the stack's sharding layer samples with the full parameters gathered.
-            models = [self.model, *self.algorithm.held_models()]
-            distributed.shard_run(models, self.algorithm.optimizers())
-            log.info("trainer.fsdp: %d models sharded over %d ranks", len(models), distributed.world_size())
+        # trainer.fsdp on several ranks: the models sharded once set up whole (nothing otherwise).
+        self.rollouts.shard([self.model, *self.algorithm.held_models()], self.algorithm.optimizers())
         if state is not None:
             self.sampler.load_state_dict(state["sampler"])
             self.step = state["step"]

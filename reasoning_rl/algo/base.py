@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from reasoning_rl.algo.aggregation import LOSS_AGGREGATIONS
 from reasoning_rl.algo.corrections import CorrectionConfig
@@ -109,6 +109,16 @@ class StepOutput:
     """Rows for ``completions.jsonl`` (one per sampled completion)."""
 
 
+class GeneratorReference(Protocol):
+    """pi_ref as an algorithm offers it to the asynchronous generator (:meth:`Algorithm.generator_reference`):
+    the frozen model and its log-probs of completions computed as the update computes them
+    (the grpo module's is reasoning_rl.algo.batch.ReferenceJob)."""
+
+    model: Any
+
+    def logprobs(self, completions: Sequence[Any], sampling: Any) -> list[list[float]]: ...
+
+
 class Algorithm(ABC):
     """One training algorithm. The run loop calls :meth:`setup` once (after the warm
     start), then :meth:`step` ``trainer.steps`` times, and saves :meth:`state_dict` in
@@ -155,4 +165,10 @@ class Algorithm(ABC):
         that step), said ahead of time so that an asynchronous generator can sample it meanwhile
         (``rollout.max_staleness``, reasoning_rl.rollouts.stack). None by default: this algorithm does
         not say, and nothing is sampled ahead of it."""
+        return None
+
+    def generator_reference(self) -> GeneratorReference | None:
+        """pi_ref and how :meth:`step` computes its log-probs, offered to the asynchronous generator
+        (``rollout.max_staleness``, reasoning_rl.rollouts.stack) so that it computes them for its completions
+        while the update runs. None by default: the update computes them (or there is no pi_ref)."""
         return None

@@ -34,6 +34,7 @@ from __future__ import annotations
 from reasoning_rl.distributed.fsdp import (
     FullParameterEngine,
     decoder_layers,
+    fsdp_active,
     full_model_state,
     full_parameters,
     full_tensors,
@@ -87,6 +88,7 @@ __all__ = [
     "broadcast_parameters",
     "combine_metrics",
     "decoder_layers",
+    "fsdp_active",
     "full_model_state",
     "full_parameters",
     "full_tensors",

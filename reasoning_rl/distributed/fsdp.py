@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from reasoning_rl.distributed.process_group import _is_dtensor, is_main
+from reasoning_rl.distributed.process_group import _is_dtensor, is_distributed, is_main
 
 T = TypeVar("T")
 
@@ -54,6 +54,12 @@ def shard_model(model: torch.nn.Module) -> list[torch.nn.Module]:
         unit.set_gradient_divide_factor(1.0)
         unit.set_force_sum_reduction_for_comms(True)
     return units
+
+
+def fsdp_active(cfg: Any) -> bool:
+    """Whether this run shards its models: ``trainer.fsdp=true`` on several ranks (in one process there
+    is nothing to shard and the model stays whole)."""
+    return bool(cfg.trainer.fsdp) and is_distributed()
 
 
 def shard_run(models: list[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer]) -> None:

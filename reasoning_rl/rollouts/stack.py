@@ -63,11 +63,14 @@ class RolloutStack:
     steps: int = 0
     """``trainer.steps``: the asynchrony layer requests no step beyond the run's last."""
     prompts_per_step: int = 0
+    sharded: bool = False
+    """The sharding layer is built: the models are sharded (:meth:`shard`) and sampling gathers them."""
 
     @classmethod
-    def single(cls, engine: RolloutLayer) -> RolloutStack:
-        """A stack of one layer: ``engine`` samples everything (tools and tests with an engine of their own)."""
-        return cls(base=engine, policy_engine=engine, rollout=engine)
+    def single(cls, engine: RolloutLayer, sharded: bool = False) -> RolloutStack:
+        """A stack of one layer: ``engine`` samples everything (tools and tests with an engine of their own);
+        ``sharded``: the run's models are still sharded by :meth:`shard` (the engine gathers them itself)."""
+        return cls(base=engine, policy_engine=engine, rollout=engine, sharded=sharded)
 
     @property
     def tops(self) -> list[RolloutLayer]:
@@ -160,21 +163,29 @@ class RolloutStack:
 
     def attach_reference(self, algorithm: Any, cfg: Any) -> None:
         """rollout.max_staleness: the generator computes the reference log-probs of its completions when the
-        algorithm offers its reference (``generator_reference``: the grpo module, by the rule of
+        algorithm offers its reference (``Algorithm.generator_reference``: the grpo module, by the rule of
         reasoning_rl.async_checks.reference_refusal); otherwise the algorithm's update computes them."""
         if self.asynchrony is None:
             return
-        offer = getattr(algorithm, "generator_reference", None)
-        job = offer() if offer is not None else None
+        job = algorithm.generator_reference()
         if job is not None:
             self.asynchrony.set_reference(job)
             log.info("asynchronous rollouts: the generator process samples, scores the rewards and computes the "
                      "reference log-probs; the trainer updates")
             return
-        why = (reference_refusal(cfg) or "no reference model") if offer is not None else \
-            f"algo.name={cfg.algo.name!r} computes them in its update"
+        why = reference_refusal(cfg) or (f"algo.name={cfg.algo.name!r} computes them in its update"
+                                         if cfg.algo.uses_reference() else "no reference model")
         log.info("asynchronous rollouts: the generator process samples and scores the rewards; the update computes "
                  "the reference log-probs (%s)", why)
+
+    def shard(self, models: list[Any], optimizers: list[Any]) -> None:
+        """The sharding layer's other half: shard ``models`` (the policy, then the models the algorithm holds:
+        the reference) layer by layer with FSDP2, once set up whole, and point ``optimizers`` at the shards
+        (reasoning_rl.distributed.shard_run). Nothing when the stack has no sharding layer."""
+        if not self.sharded:
+            return
+        distributed.shard_run(models, optimizers)
+        log.info("trainer.fsdp: %d models sharded over %d ranks", len(models), distributed.world_size())
 
     def live_engine(self, model: Any, tokenizer: Any, batch_size: int) -> RolloutLayer:
         """An engine that samples ``model`` as it trains (the warm start's probe): the policy engine when its
@@ -216,7 +227,7 @@ def build_stack(cfg: Any, model: Any, tokenizer: Any, reward: Any, run_dir: Path
         policy, training = with_environment(cfg.task, tokenizer, policy, training, examples)
         wrappers += [policy] if training is policy else [policy, training]
         layers.append(f"episodes ({cfg.task.env})")
-    if cfg.trainer.fsdp and distributed.is_distributed():  # sampling gathers the sharded parameters first
+    if distributed.fsdp_active(cfg):  # sampling gathers the sharded parameters first
         wrapped = distributed.FullParameterEngine(policy, model)
         training = wrapped if training is policy else distributed.FullParameterEngine(training, model)
         policy = wrapped
@@ -226,4 +237,5 @@ def build_stack(cfg: Any, model: Any, tokenizer: Any, reward: Any, run_dir: Path
         log.info("trainer.fsdp=true in a single process: there is nothing to shard, the model stays whole")
     return RolloutStack(base=base, policy_engine=policy, rollout=training, layers=tuple(layers),
                         injection=injection, asynchrony=asynchrony, wrappers=tuple(wrappers),
-                        steps=cfg.trainer.steps, prompts_per_step=cfg.algo.prompts_per_step)
+                        steps=cfg.trainer.steps, prompts_per_step=cfg.algo.prompts_per_step,
+                        sharded="sharding" in layers)

@@ -105,7 +105,8 @@ def watched_trainer(record: dict):
     class WatchedTrainer(Trainer):
         def __init__(self, cfg, run_dir) -> None:
             super().__init__(cfg, run_dir)
-            self.rollouts = RolloutStack.single(FixedEngine(self.tokenizer))  # training and evaluation
+            self.rollouts = RolloutStack.single(FixedEngine(self.tokenizer),  # training and evaluation
+                                                sharded=self.rollouts.sharded)
             self.context.engine = self.rollouts.rollout
 
         def _setup_algorithm(self) -> None:
