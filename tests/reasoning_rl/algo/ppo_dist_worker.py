@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/reasoning_rl: dist_worker
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "distributed"))  # dist_worker
 
 from dist_worker import FixedEngine, config
 

@@ -34,7 +34,7 @@ from reasoning_rl.validation import validate
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 
 WORKER = Path(__file__).with_name("dist_worker.py")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _free_port() -> int:

@@ -1,5 +1,5 @@
 """One GRPO run of the tiny model with a fixed, deterministic rollout engine, for
-tests/reasoning_rl/test_distributed.py. Run as ``python dist_worker.py OUT RUN STEPS [FLAG ...]`` (one
+tests/reasoning_rl/distributed/test_distributed.py. Run as ``python dist_worker.py OUT RUN STEPS [FLAG ...]`` (one
 process) or under ``torchrun --nproc_per_node 2`` (two ranks, gloo); flags: ``resume``, ``fsdp``
 (trainer.fsdp=true), ``cli`` (through ``reasoning_rl.cli.run_training``, the torchrun entry point,
 recording which rank wrote which run-folder file and what it printed). Writes ``OUT/rank<r>.pt``:
