@@ -30,6 +30,7 @@ from reasoning_rl.tasks.data import Problem, load_problems
 from reasoning_rl.tasks.definition import DatasetDefinition
 from reasoning_rl.tasks.scoring import grade
 from rewards import WorkerPool
+from rewards.registry import verifier_code_digest
 
 
 class CodeExecutionNotAllowed(UserError, RuntimeError):
@@ -101,11 +102,11 @@ def model_slug(model: str) -> str:
 
 def make_verifier(spec: DatasetDefinition, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The benchmark's verifier (built as training builds it) and the data that identifies its scores
-    (the score cache key)."""
+    (the score cache key: a change to the verifier's options or code re-scores the cached completions)."""
     options = {**spec.verifier.options, **overrides}
     verifier = spec.verifier.build(overrides)
     key = {"benchmark": spec.key, "verifier": spec.verifier.name, "options": options,
-           "fields": spec.verifier.fields}
+           "fields": spec.verifier.fields, "code": verifier_code_digest(spec.verifier.name)}
     return verifier, key
 
 

@@ -18,8 +18,11 @@ found by name, e.g. from a Hydra config's ``verifier: name``.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from reasoning_rl.errors import UserError
@@ -80,6 +83,23 @@ def get_verifier(name: str, **options: Any) -> Callable[..., VerifierResult]:
             _check_function_options(name, obj, options)
         return FunctionVerifier(obj, options)
     raise TypeError(f"verifier {name!r} is registered as {obj!r}, which is neither a class nor a function")
+
+
+def verifier_code_digest(name: str) -> str:
+    """A digest of the source that scores for the verifier ``name``: every ``.py`` file of the package that
+    defines it (``rewards/math/`` for ``math``, ``rewards/code/`` for ``code``), or its one module when that is
+    a top-level module (``rewards/builtin.py``, a user's ``my_verifiers.py``). Cached scores carry it, so that
+    a change to the verifier's code re-scores them instead of reporting the old scores."""
+    module = sys.modules.get(getattr(VERIFIERS.get(name), "__module__", ""), None)
+    source = Path(getattr(module, "__file__", None) or "")
+    if not source.is_file():
+        return "unknown"
+    in_subpackage = source.name == "__init__.py" or module.__name__.count(".") >= 2  # rewards.math.verifier
+    files = sorted(source.parent.rglob("*.py")) if in_subpackage else [source]
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.relative_to(source.parent).as_posix().encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 class FunctionVerifier:

@@ -123,3 +123,23 @@ def test_entry_point_plugin_is_found_by_name(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[1.0, 0.0]"
+
+
+def test_the_code_digest_follows_the_verifiers_source(tmp_path, monkeypatch, clean_names):
+    """Cached benchmark scores carry the digest of the verifier's code (benchmarks.runner.make_verifier):
+    an edit to the module that defines it changes it; the built-in ones hash their whole package."""
+    from rewards.registry import verifier_code_digest
+
+    module = tmp_path / "digest_verifiers.py"
+    module.write_text("import rewards\n\n@rewards.register_verifier('digest_probe')\n"
+                      "def probe(completion, reference, **fields):\n    return float(completion == reference)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import digest_verifiers  # noqa: F401 -- registers digest_probe
+
+    clean_names.append("digest_probe")
+    before = verifier_code_digest("digest_probe")
+    assert before == verifier_code_digest("digest_probe") and len(before) == 16
+    module.write_text(module.read_text().replace("completion == reference", "completion.strip() == reference"))
+    assert verifier_code_digest("digest_probe") != before
+    assert verifier_code_digest("math") == verifier_code_digest("math_verify")  # both in rewards/math/
+    assert verifier_code_digest("math") != verifier_code_digest("code")
