@@ -316,9 +316,9 @@ def log_plan(cfg: Any, model: Any, tokenizer: Any, prompts: list[str]) -> Plan:
     the first :data:`PROMPT_SAMPLE` training prompts; a warning when the peak exceeds the device
     (CUDA memory, or the RAM on a CPU), and one when the trained weights are stored in a precision that
     rounds the updates away (reasoning_rl.policy.precision.storage_rounding_warning)."""
-    rounding = storage_rounding_warning(str(cfg.model.dtype), str(getattr(cfg.trainer, "precision", "fp32")),
+    rounding = storage_rounding_warning(str(cfg.model.dtype), str(cfg.trainer.precision),
                                         float(cfg.algo.learning_rate))
-    if rounding is not None and not (getattr(cfg.model, "lora", None) and cfg.model.lora.r):
+    if rounding is not None and not cfg.model.lora.r:
         log.warning(rounding)
     sample = prompts[:PROMPT_SAMPLE]
     longest = max((len(ids) for ids in tokenizer(sample, add_special_tokens=False)["input_ids"]), default=1)

@@ -47,18 +47,15 @@ class Workload:
 
 
 def _lora(cfg: Any) -> tuple[int, tuple[str, ...]]:
-    lora = getattr(cfg.model, "lora", None)
-    rank = int(getattr(lora, "r", 0) or 0) if lora is not None else 0
-    targets = tuple(getattr(lora, "target_modules", None) or ("q_proj", "k_proj", "v_proj", "o_proj",
-                                                             "gate_proj", "up_proj", "down_proj"))
-    return rank, targets
+    lora = cfg.model.lora
+    return int(lora.r or 0), tuple(lora.target_modules)
 
 
 def runtime_of_plan(cfg: Any, m: ModelShape, cpu: bool, lora: bool) -> str:
     """What ``model.runtime`` will resolve to (reasoning_rl.policy.runtime.decide_runtime), from the
     config: ``lean`` as asked; ``auto`` -> lean on a CPU for a Llama / Qwen2 model without an
     adapter, else hf."""
-    requested = str(getattr(cfg.model, "runtime", "auto"))
+    requested = str(cfg.model.runtime)
     if requested == "lean":
         return "lean"
     lean_family = m.architecture in ("LlamaForCausalLM", "Qwen2ForCausalLM") and not lora
@@ -74,10 +71,10 @@ def workload_of(cfg: Any, m: ModelShape, prompt_tokens: int, cpu: bool = True) -
     rows = a.micro_batch_size  # any row count, not rounded to whole groups (reasoning_rl.algo.batch.micro_batching)
     total = g * a.prompts_per_step
     storage = resolve_dtype(cfg.model.dtype).itemsize
-    precision = str(getattr(cfg.trainer, "precision", "fp32") or "fp32")
+    precision = str(cfg.trainer.precision)
     weight, act = (4, 2) if precision in ("bf16", "fp16", "bfloat16", "float16") else (storage, storage)
     rank, targets = _lora(cfg)
-    ref_dtype = getattr(cfg.model, "reference_dtype", None)
+    ref_dtype = cfg.model.reference_dtype
     return Workload(
         group_size=g, prompts_per_step=a.prompts_per_step, micro_batch_rows=min(rows, total),
         prompt_tokens=prompt_tokens, completion_tokens=cfg.rollout.max_new_tokens,
