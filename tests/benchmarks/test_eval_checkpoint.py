@@ -94,7 +94,8 @@ def eval_config(tmp_path: Path, **kw) -> EvalConfig:
     kw.setdefault("score_workers", 1)
     kw.setdefault("limit", EVAL_PROBLEMS)
     kw.setdefault("max_new_tokens", MAX_NEW_TOKENS)
-    return EvalConfig(output_dir=str(tmp_path / "eval"), progress=False, backend="hf", device="cpu", **kw)
+    kw.setdefault("backend", "hf")
+    return EvalConfig(output_dir=str(tmp_path / "eval"), progress=False, device="cpu", **kw)
 
 
 def test_checkpoint_records_how_training_prompted(short_run) -> None:
@@ -122,6 +123,17 @@ def test_eval_of_the_checkpoint_reproduces_the_runs_held_out_greedy_accuracy(sho
     assert ("chat_template=false, system_prompt='Compute.', prompt_template='{question} Answer: ' "
             f"(trained with, {checkpoint / PROMPTING_FILE})") in out
     assert "note:" not in out  # generated with training's length and stop strings
+
+
+def test_the_native_backend_gives_the_runs_greedy_completions(short_run, tmp_path) -> None:
+    """backend=native (our decode loop, on the lean runtime on a CPU): the same greedy completions and accuracy
+    as the run's own held-out evaluation."""
+    checkpoint = short_run["dir"] / "checkpoint-2"
+    [result] = run(eval_config(tmp_path, model_name_or_path=str(checkpoint), backend="native"))
+    [cache_file] = (tmp_path / "eval").glob("*--checkpoint-2/arithmetic/problems.jsonl")
+    cache = [json.loads(line) for line in cache_file.read_text().splitlines()]
+    assert [r["completions"][0] for r in cache] == short_run["completions"]
+    assert result["metrics"]["accuracy"]["value"] == short_run["summary"]["eval_after"]["greedy_accuracy"]
 
 
 def test_eval_says_when_it_generates_longer_than_training(short_run, recorded, tmp_path, capsys) -> None:
