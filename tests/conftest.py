@@ -4,6 +4,7 @@ float tolerance of the suite follows (:func:`rounding_atol`)."""
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,10 @@ def assert_close_up_to_rounding(actual, expected, *, terms: int, dtype=None, sca
         actual, expected, rtol=0.0, atol=atol,
         msg=lambda m: (f"{msg + ': ' if msg else ''}{m}\nallowed: {terms} terms x eps x scale = {atol:.3g} "
                        f"(CPU capability {cpu_capability()})"))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (torchrun's rendezvous, the Slurm daemons)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

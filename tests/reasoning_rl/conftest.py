@@ -5,6 +5,7 @@ import torch
 
 from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.config import TrainConfig
+from reasoning_rl.config_store import register_configs
 from reasoning_rl.policy.runtime_check import TOLERANCES
 from reasoning_rl.settings.model import TinyModelConfig
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
@@ -48,6 +49,13 @@ def tiny_config(steps: int = 4) -> TrainConfig:
     cfg.evaluation.num_examples = 8
     cfg.evaluation.samples_per_problem = 2
     return cfg
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hydra_schemas() -> None:
+    """The run's and every algorithm's schema registered with Hydra's ConfigStore (reasoning_rl.config_store),
+    as reasoning-rl-train does, for every test that composes a config."""
+    register_configs()
 
 
 @pytest.fixture

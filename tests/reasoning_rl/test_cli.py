@@ -11,17 +11,11 @@ from omegaconf import OmegaConf
 
 from reasoning_rl.cli import to_train_config
 from reasoning_rl.config import TrainConfig
-from reasoning_rl.config_store import register_configs
 from reasoning_rl.validation import validate
 from tests.reasoning_rl.conftest import compose_train
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("task", "model", "algo", "rollout")}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _schemas():
-    register_configs()
 
 
 @pytest.mark.parametrize("group, name", [(g, n) for g, names in GROUPS.items() for n in names])

@@ -12,17 +12,11 @@ from omegaconf import OmegaConf
 from reasoning_rl.algo.grpo import GRPOConfig
 from reasoning_rl.algo.ppo import PPOConfig
 from reasoning_rl.cli import to_train_config
-from reasoning_rl.config_store import register_configs
 from reasoning_rl.settings.evaluation import EvalConfig, WarmStartConfig
 from reasoning_rl.settings.rollout import RolloutConfig
 from reasoning_rl.settings.trainer import TrainerConfig
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _schemas():
-    register_configs()
 
 
 def _load(path: Path) -> dict:

@@ -25,18 +25,12 @@ from reasoning_rl.config_checks import (
     text_fields,
 )
 from reasoning_rl.config_choices import TRAIN_CHOICES, TRAIN_TEXT
-from reasoning_rl.config_store import register_configs
 from reasoning_rl.entry_points import as_user_error, hydra_message, user_errors_exit
 from reasoning_rl.errors import StorageError, UserError
 from reasoning_rl.validation import key_problems, validate
 from tests.reasoning_rl.conftest import compose_train
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _schemas():
-    register_configs()
 
 
 def _train_numeric_fields() -> set[str]:
@@ -205,7 +199,7 @@ def test_the_free_form_fields_are_the_documented_ones():
     ({"samples": "/no/such/file.jsonl"}, "exactly one of"),
     ({"temperature": -0.5, "limit": 0}, "limit must be >= 1, got 0\n  - temperature must be >= 0, got -0.5"),
     ({"benchmark": "gsm8k,math500", "data_files": "x.jsonl"}, "data_files= names one file"),
-    ({"backend": "vlm"}, "backend='vlm' is unknown; choose one of auto, hf, vllm"),
+    ({"backend": "vlm"}, "backend='vlm' is unknown; choose one of auto, hf, native, vllm"),
     ({"backend": "hf", "tensor_parallel_size": 2}, "tensor_parallel_size=2 shards the model over GPUs with vLLM"),
 ])
 def test_eval_settings_are_checked_before_anything_runs(changes, message):

@@ -12,7 +12,6 @@ import yaml
 from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.cli import share_the_cores, to_train_config
 from reasoning_rl.config import TrainConfig
-from reasoning_rl.config_store import register_configs
 from reasoning_rl.reporting import report
 from reasoning_rl.run_folder.lock import RunFolderConflict, prepare_run_folder
 from reasoning_rl.validation import validate
@@ -20,11 +19,6 @@ from tests.reasoning_rl.conftest import TINY_OVERRIDES, compose_train
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 TINY = [*TINY_OVERRIDES, "trainer.steps=3", "trainer.save_every=2"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _schemas():
-    register_configs()
 
 
 def _sweep(sweep_dir, *overrides):

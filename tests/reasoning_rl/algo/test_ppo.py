@@ -4,7 +4,6 @@ import dataclasses
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,6 @@ from reasoning_rl.algo.ppo import PPO, PPOConfig, build_critic
 from reasoning_rl.batching import pack
 from reasoning_rl.cli import to_train_config
 from reasoning_rl.config import TrainConfig
-from reasoning_rl.config_store import register_configs
 from reasoning_rl.policy.loading import build_tiny_model
 from reasoning_rl.run_folder.checkpoint import latest_checkpoint, list_checkpoints, load_trainer_state
 from reasoning_rl.run_folder.metrics_log import read_metrics
@@ -27,7 +25,7 @@ from reasoning_rl.settings.model import TinyModelConfig
 from reasoning_rl.trainer import Trainer
 from reasoning_rl.validation import validate
 from rewards.specs import RewardSpec
-from tests.conftest import assert_close_up_to_rounding, decoder_terms
+from tests.conftest import assert_close_up_to_rounding, decoder_terms, free_port
 from tests.reasoning_rl.conftest import _train, compose_train, tiny_config
 from tests.reasoning_rl.documented_metrics import METRICS_DOC, documented_for, undocumented
 
@@ -36,11 +34,6 @@ REPO = Path(__file__).resolve().parents[3]
 
 PPO_METRICS = documented_for("PPO")
 """PPO's own metrics: those docs/metrics.md describes as "PPO: ..." (the value loss, the critic's, ...)."""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _schemas():
-    register_configs()
 
 
 # -- config ----------------------------------------------------------------------------------------
@@ -198,12 +191,6 @@ def test_the_critic_fits_a_fixed_batch(small_cfg, tmp_path):
     assert losses[-1] < 0.5 * losses[0], losses
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.numerics
 @pytest.mark.slow
 def test_two_ranks_log_the_token_means_of_one_process(tmp_path):
@@ -217,7 +204,7 @@ def test_two_ranks_log_the_token_means_of_one_process(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     env.pop("WORLD_SIZE", None)
-    two = [torchrun, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    two = [torchrun, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port())]
     procs = [subprocess.Popen([*launcher, worker, str(tmp_path / name)], cwd=REPO, env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for name, launcher in (("one", [sys.executable]), ("two", two))]

@@ -17,7 +17,6 @@ from reasoning_rl.algo.rft import RFT, RFTConfig
 from reasoning_rl.algo.sft import SFT, MissingSolutionError, SFTConfig
 from reasoning_rl.cli import to_train_config
 from reasoning_rl.config_checks import ConfigError
-from reasoning_rl.config_store import register_configs
 from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trainer import Trainer
 from reasoning_rl.validation import validate
@@ -25,11 +24,6 @@ from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import _train, assert_runs_train_alike, compose_train
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _schemas():
-    register_configs()
 
 
 def _cfg(cfg, algo, steps=4):

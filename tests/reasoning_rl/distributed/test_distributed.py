@@ -9,7 +9,6 @@ import functools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,16 +30,10 @@ from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.settings.model import ModelConfig, TinyModelConfig
 from reasoning_rl.trainer import check_world_size
 from reasoning_rl.validation import validate
-from tests.conftest import assert_close_up_to_rounding, decoder_terms
+from tests.conftest import assert_close_up_to_rounding, decoder_terms, free_port
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 REPO = Path(__file__).resolve().parents[3]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _launch(world: int, out: Path, run: Path, steps: int, *flags: str) -> subprocess.Popen:
@@ -56,7 +49,7 @@ def _spawn(world: int, args: list[str]) -> subprocess.Popen:
     else:
         torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not on PATH")
         cmd = [torchrun, "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
-               "--master_port", str(_free_port()), *args]
+               "--master_port", str(free_port()), *args]
     return subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -78,7 +71,7 @@ def _node(endpoint: str, args: list[str], *rdzv_conf: str) -> subprocess.Popen:
 
 def _two_nodes(out: Path, run: Path, steps: int, *flags: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     nodes = [_node(endpoint, [str(WORKER), str(out), str(run), str(steps), *flags]) for _ in range(2)]
     for proc in nodes:
         stdout, stderr = proc.communicate(timeout=300)
@@ -248,7 +241,7 @@ def test_two_nodes_give_the_single_process_update(tmp_path, single_run, flags):
 
 
 def test_two_nodes_a_node_that_never_joins_fails_within_the_rendezvous_timeout_in_one_line(tmp_path):
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     alone = _node(endpoint, [str(WORKER), str(tmp_path / "out"), str(tmp_path / "run"), "1"], "join_timeout=5")
     _, stderr = alone.communicate(timeout=120)
     assert alone.returncode == 2
@@ -260,7 +253,7 @@ def test_two_nodes_a_node_that_never_joins_fails_within_the_rendezvous_timeout_i
 
 def test_two_nodes_an_endpoint_that_cannot_be_reached_is_named_in_one_line(tmp_path):
     # The second node's view when the first is not up: nothing listens at the endpoint.
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     node = _node(endpoint, [str(WORKER), str(tmp_path / "out"), str(tmp_path / "run"), "1"],
                  "is_host=false", "read_timeout=2")
     _, stderr = node.communicate(timeout=120)

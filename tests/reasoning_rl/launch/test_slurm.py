@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pytest
 
 from reasoning_rl.launch.slurm import sbatch_test_args
 from reasoning_rl.reporting import report
+from tests.conftest import free_port
 from tests.reasoning_rl.conftest import TINY_OVERRIDES
 
 TINY = [*TINY_OVERRIDES, "trainer.steps=3", "trainer.save_every=2"]
@@ -32,12 +32,6 @@ NO_SLURM = ("no Slurm cluster: start one with `scripts/local_slurm.sh start` and
 
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _slurm_reachable() -> bool:
@@ -283,7 +277,7 @@ def test_the_multinode_template_runs_as_a_one_node_job(tmp_path):
     # scripts/slurm/multinode.sbatch on the local cluster: one node, two processes (torchrun's c10d
     # rendezvous at the allocation's first node), the tiny run through the CLI.
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHON": sys.executable, "NPROC_PER_NODE": "2", "RDZV_PORT": str(_free_port()),
+    env = {**os.environ, "PYTHON": sys.executable, "NPROC_PER_NODE": "2", "RDZV_PORT": str(free_port()),
            "JOIN_TIMEOUT_S": "60"}
     out = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=1", "--cpus-per-task=2", "--time=10",
                           f"--chdir={REPO}", f"--output={tmp_path}/job.out", str(REPO / "scripts/slurm/multinode.sbatch"),

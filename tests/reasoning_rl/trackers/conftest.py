@@ -1,6 +1,5 @@
 """A real MLflow tracking server on 127.0.0.1 with a SQLite store, started and stopped per test module."""
 
-import socket
 import subprocess
 import sys
 import time
@@ -8,11 +7,7 @@ import urllib.request
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.conftest import free_port
 
 
 def _answers(uri: str) -> bool:

@@ -13,9 +13,9 @@ import pytest
 from reasoning_rl.run_folder.metrics_log import read_metrics
 from reasoning_rl.trackers import TrackingConfig, finish_trackers, open_trackers
 from reasoning_rl.trackers.mlflow_tracker import metric_key
+from tests.conftest import free_port
 from tests.reasoning_rl.conftest import _train, tiny_config
 from tests.reasoning_rl.test_cli_errors import PROG, TINY
-from tests.reasoning_rl.trackers.conftest import free_port
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install -e '.[mlflow]'; "
                                               ".ci/trackers.sh)")
