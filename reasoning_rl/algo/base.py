@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from rewards.compose import CompositeReward
     from rewards.pool import WorkerPool
 
+
 @dataclass
 class ClippedPolicyConfig(AlgoConfig):
     """Settings every algorithm with PPO's clipped policy objective has (GRPO, PPO): the groups

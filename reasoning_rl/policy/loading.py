@@ -37,7 +37,7 @@ CHARACTERS = string.printable.replace("\x0b", "").replace("\x0c", "").replace("\
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
 DTYPE_NAMES: tuple[str, ...] = tuple(_DTYPES)
-"""The values of ``model.dtype`` and ``model.reference_dtype`` (checked with the other settings: reasoning_rl.config)."""
+"""The values of ``model.dtype`` and ``model.reference_dtype`` (checked with the other settings: reasoning_rl.validation)."""
 TINY_ARCHS: tuple[str, ...] = ("llama", "qwen2")
 """The values of ``model.tiny.arch``."""
 

@@ -39,6 +39,7 @@ BASE_MODEL_FILE = "base_model.json"
 """The ``model`` settings (``ModelConfig`` as a dict) of the frozen base an adapter checkpoint applies to."""
 INSTALL = 'pip install ".[lora]"   (or: pip install "peft>=0.13")'
 
+
 class PeftNotInstalledError(UserError, ImportError):
     """``model.lora.r > 0`` (or an adapter checkpoint) without the ``peft`` package."""
 
