@@ -91,13 +91,15 @@ class EvalConfig:
 
     backend: str = "auto"
     """Generation backend: ``auto`` (vllm when the vllm extra is installed and a GPU is there, else hf),
-    ``hf`` (transformers ``generate``) or ``vllm`` (needs the vllm extra)."""
+    ``hf`` (transformers ``generate``), ``native`` (the training rollouts' own decode loop, on the lean
+    runtime where the model allows it: the fastest on a CPU, docs/real_model.md) or ``vllm`` (needs the
+    vllm extra)."""
     device: str = "auto"
     """``auto``, ``cpu``, ``cuda``..."""
     dtype: str = "float32"
     """Model dtype: float32, bfloat16, float16 (the vllm backend runs in it too)."""
     batch_size: int = 16
-    """Sequences per ``generate`` call (hf backend)."""
+    """Sequences per ``generate`` call (hf and native backends)."""
     tensor_parallel_size: int = 1
     """vllm backend: GPUs the model is sharded over (vLLM's tensor parallelism, for models that do
     not fit one GPU or to generate faster); must not exceed the GPUs the machine has."""
@@ -175,7 +177,7 @@ EVAL_FREE: dict[str, str] = {"seed": "any integer seeds the sampling"}
 MODES = ("model_name_or_path", "samples", "run_dir", "write_reference_samples", "compare")
 """The settings that say what to evaluate; exactly one is given."""
 
-BACKENDS = ("auto", "hf", "vllm")
+BACKENDS = ("auto", "hf", "native", "vllm")
 
 
 def _benchmark_count(benchmark: Any) -> int:

@@ -1,4 +1,5 @@
-"""Generation backends for evaluation: the toolkit's HF rollout engine, or vLLM when asked for.
+"""Generation backends for evaluation: the toolkit's HF rollout engine, its native decode loop (the lean
+runtime on the CPU, as training's ``rollout.backend=native``), or vLLM when asked for.
 
 Both expose ``generate(prompts, n, sampling, seed) -> list[list[Completion]]``
 (the :class:`reasoning_rl.rollouts.sampling.RolloutEngine` protocol), so the evaluation
@@ -125,18 +126,18 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
     if backend == "vllm":
         require_vllm("backend=vllm")  # fail now, not after the cache check
     llm_options = vllm_options(backend, **(vllm or {}))
-    if backend == "hf":
+    if backend in ("hf", "native"):
         def build() -> Any:
-            from reasoning_rl.policy.engines import HFEngine
+            from reasoning_rl.policy.engines import make_engine
             from reasoning_rl.policy.loading import load_pretrained, resolve_device
 
             model_obj, tokenizer = load_pretrained(model, device=str(resolve_device(device)), dtype=dtype)
-            return HFEngine(model_obj, tokenizer, batch_size=batch_size)
+            return make_engine(backend, model_obj, tokenizer, batch_size=batch_size)
     elif backend == "vllm":
         def build() -> Any:
             from reasoning_rl.policy.vllm import VLLMCheckpointEngine
 
             return VLLMCheckpointEngine(model, dtype=dtype, seed=seed, **llm_options)
     else:
-        raise ValueError(f"unknown generation backend {backend!r}; expected 'auto', 'hf' or 'vllm'")
+        raise ValueError(f"unknown generation backend {backend!r}; expected 'auto', 'hf', 'native' or 'vllm'")
     return LazyEngine(build), load_tokenizer(model)
