@@ -1,6 +1,5 @@
-"""Generation backends for evaluation: the toolkit's rollout engines (``hf``: transformers ``generate``;
-``native``: our decode loop, on the lean runtime for a Llama/Qwen2 model on a CPU, stopping each row at its
-stop string), or vLLM when asked for.
+"""Generation backends for evaluation: the toolkit's HF rollout engine, its native decode loop (the lean
+runtime on the CPU, as training's ``rollout.backend=native``), or vLLM when asked for.
 
 Both expose ``generate(prompts, n, sampling, seed) -> list[list[Completion]]``
 (the :class:`reasoning_rl.rollouts.sampling.RolloutEngine` protocol), so the evaluation
@@ -131,11 +130,8 @@ def load_engine(backend: str, model: str, device: str = "auto", dtype: str = "fl
         def build() -> Any:
             from reasoning_rl.policy.engines import make_engine
             from reasoning_rl.policy.loading import load_pretrained, resolve_device
-            from reasoning_rl.policy.runtime import decide_runtime, set_runtime
 
             model_obj, tokenizer = load_pretrained(model, device=str(resolve_device(device)), dtype=dtype)
-            if backend == "native":  # our decode loop, on the lean runtime where it applies (a Llama/Qwen2 on a CPU)
-                set_runtime(model_obj, decide_runtime(model_obj, "auto", training=False))
             return make_engine(backend, model_obj, tokenizer, batch_size=batch_size)
     elif backend == "vllm":
         def build() -> Any:

@@ -50,8 +50,8 @@ def compose_train_config(overrides: list[str]) -> Any:
 ALLOCATORS = {"kept": "true", "returned": "false", "auto": "null"}
 """``--measure`` runs -> ``trainer.keep_freed_memory`` (reasoning_rl.memory.allocator_choice): ``kept`` glibc
 keeps freed blocks under 32 MiB resident; ``returned`` every block of 1 MiB or more is mapped on its own
-and given back when freed, so the RSS follows the live tensors; ``auto`` the trainer's default (kept
-under 50M parameters on a CPU, returned from there up)."""
+and given back when freed, so the RSS follows the live tensors; ``auto`` the trainer's default (returned
+for 50M parameters or more on a CPU with gradient checkpointing, else kept)."""
 
 
 RANDOM_100M = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,

@@ -92,6 +92,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="with --model smollm2-135m: the folder holding gsm8k_train.jsonl")
     p.add_argument("--gradient-checkpointing", action="store_true",
                    help="with --model smollm2-135m: gradient checkpointing in both trainers")
+    p.add_argument("--keep-freed-memory", choices=["auto", "true", "false"], default="auto",
+                   help="our trainer.keep_freed_memory (reasoning_rl/memory.py): auto, true (every freed block "
+                        "kept) or false (blocks of 1 MiB or more handed back to the kernel)")
     args = p.parse_args(argv)
     problems = [f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}"
                 for k in ("hidden", "layers", "group", "prompts_per_step", "max_new", "steps", "rounds", "micro_batch")
@@ -133,6 +136,7 @@ def train_config(args: argparse.Namespace, model_dir: Path, definition: Path, ru
     t = cfg.trainer
     t.steps, t.seed, t.output_dir, t.num_threads = args.steps, args.seed, str(run_dir), args.threads
     t.save_every, t.keep_checkpoints, t.log_completions, t.tensorboard, t.progress_bar = 0, 1, False, False, False
+    t.keep_freed_memory = {"auto": None, "true": True, "false": False}[args.keep_freed_memory]
     cfg.warmstart.enabled = False
     cfg.evaluation.enabled = False
     return cfg
@@ -271,7 +275,8 @@ def _child(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str:
 def ours_in_subprocess(args: argparse.Namespace) -> dict[str, Any]:
     """One run of ours in a fresh process (its own peak RSS), same settings."""
     cmd = [sys.executable, "-m", "benchmarks.perf.train", "--no-results", *_workload_flags(args),
-           "--backend", args.backend, "--micro-batch", str(args.micro_batch)]
+           "--backend", args.backend, "--micro-batch", str(args.micro_batch),
+           "--keep-freed-memory", args.keep_freed_memory]
     line = _last_result_line(_child(cmd, "our training run"), "our training run")
     if not line.startswith(RESULT_PREFIX):
         raise RuntimeError(f"our training run ended without its {RESULT_PREFIX} line: {line[:200]}")

@@ -19,9 +19,10 @@ def prepare_policy(model: Any, cfg: Any, sharded: bool) -> RuntimeDecision:
     """Set the allocator, mark the precision and decide the runtime of ``model`` for the run ``cfg``
     (a TrainConfig; ``sharded``: trainer.fsdp over several ranks). Returns the runtime decided."""
     device = next(model.parameters()).device
-    # trainer.keep_freed_memory: glibc keeps freed blocks (tiny models: no page faults) or returns large ones.
-    allocator, settings = allocator_choice(cfg.trainer.keep_freed_memory,
-                                           sum(p.numel() for p in model.parameters()), device.type == "cpu")
+    # trainer.keep_freed_memory: glibc keeps freed blocks (no page faults) or returns large ones (a lower peak
+    # for a large model with gradient checkpointing).
+    allocator, settings = allocator_choice(cfg.trainer.keep_freed_memory, sum(p.numel() for p in model.parameters()),
+                                           device.type == "cpu", checkpointing=cfg.model.gradient_checkpointing)
     setting = "auto" if cfg.trainer.keep_freed_memory is None else cfg.trainer.keep_freed_memory
     log.info("memory allocator: %s (trainer.keep_freed_memory=%s)%s", allocator, setting,
              "" if set_allocator(settings) else "; not applied: this C library has no mallopt or refused it")

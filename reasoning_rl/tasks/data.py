@@ -31,6 +31,7 @@ from reasoning_rl.errors import UserError
 from reasoning_rl.hub import first_line, hub_unreachable
 from reasoning_rl.tasks.definition import DatasetDefinition, DatasetSource
 from reasoning_rl.tasks.extractors import EXTRACTORS, ReferenceExtractionError
+from reasoning_rl.tasks.synthetic import hash_bucket
 
 
 class TaskDataError(UserError, ValueError):
@@ -246,6 +247,11 @@ def load_rows(definition: DatasetDefinition, split: str, *, data_dir: str | Path
         lo, hi = source.id_range
         rows = [r for i, r in enumerate(rows)
                 if lo <= int(field_value(r, definition.id_field, f"{definition.name} row {i}")) <= hi]
+    if source.hash_range is not None:
+        lo, hi = source.hash_range
+        where = f"{definition.name} {_describe(definition, split)}"
+        rows = [r for i, r in enumerate(rows)
+                if lo <= hash_bucket(render(definition.prompt_template, r, f"{where} row {i}")) < hi]
     return rows, origin
 
 

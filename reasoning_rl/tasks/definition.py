@@ -71,6 +71,10 @@ class DatasetSource:
     """Keyword arguments for ``generator``."""
     id_range: tuple[int, int] | None = None
     """Keep rows whose integer ``id_field`` lies in ``[lo, hi]`` (MBPP's test split is tasks 11-510 of the full file)."""
+    hash_range: tuple[float, float] | None = None
+    """Keep rows whose rendered prompt hashes into ``[lo, hi)`` of [0, 1] (sha256,
+    ``reasoning_rl.tasks.synthetic.hash_bucket``): splits of one file with disjoint ranges share no
+    problem whatever the file's order (GSM8K's ``validation``, carved out of its train file)."""
     description: str | None = None
     """What the split holds, in words; error messages quote it."""
 
@@ -175,8 +179,9 @@ def _split_source(shared: dict[str, Any], own: dict[str, Any], key: str, where: 
     merged = {**shared, **own, "kwargs": {**shared.get("kwargs", {}), **own.get("kwargs", {})}}
     if merged.get("split") is None:
         merged["split"] = key
-    if merged.get("id_range") is not None:
-        merged["id_range"] = tuple(merged["id_range"])
+    for key in ("id_range", "hash_range"):
+        if merged.get(key) is not None:
+            merged[key] = tuple(merged[key])
     source = _build(DatasetSource, merged, where)
     if (source.path and source.generator) or not (source.path or source.generator or source.local_file):
         raise DefinitionError(f"{where}: unknown source: set one of `path` (a hub dataset) or `generator` "
@@ -223,6 +228,9 @@ def _check(spec: DatasetDefinition, where: str) -> None:
                  for key, value in named.items() if value is not None and value not in spec.splits]
     if spec.id_field is None and any(s.id_range for s in spec.splits.values()):
         problems.append("id_range needs id_field (the row field the range applies to)")
+    problems += [f"split {name!r}: hash_range must be [lo, hi) with 0 <= lo < hi <= 1, got {list(s.hash_range)}"
+                 for name, s in spec.splits.items()
+                 if s.hash_range is not None and not (len(s.hash_range) == 2 and 0 <= s.hash_range[0] < s.hash_range[1] <= 1)]
     if problems:
         raise DefinitionError(f"{where}: " + "; ".join(problems))
 

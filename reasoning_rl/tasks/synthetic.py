@@ -16,10 +16,14 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def hash_bucket(text: str) -> float:
+    """A stable number in [0, 1] for ``text``: its sha256's first 32 bits over 2^32 - 1."""
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+
 def problem_split(text: str, test_fraction: float) -> str:
     """``test`` for a stable ``test_fraction`` of problems (by the sha256 of ``text``), else ``train``."""
-    bucket = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "test" if bucket < test_fraction else "train"
+    return "test" if hash_bucket(text) < test_fraction else "train"
 
 
 def check_split(task: str, split: str) -> None:

@@ -74,6 +74,7 @@ _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*(\{|\s)")
 _TAGS_RE = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
 _PHRASE_RE = re.compile(r"\banswer\b[*_\s]*(?:\s+is|:)+[*_\s]*:?", re.IGNORECASE)
 _GSM8K_RE = re.compile(r"####\s*([^\n]+)")
+_EMPTY_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{\s*\}")
 _MATH_RE = re.compile(r"\$\$(.+?)\$\$|(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _NUMBER_RE = re.compile(
     r"(?<![A-Za-z\d.])[-+]?(?:\d[\d,]*(?:\.\d+)?(?:/\d+(?![\d,]))?|\.\d+)(?:\s*(?:%|\\%|percent\b))?"
@@ -129,24 +130,26 @@ def _last_marker(text: str, config: ExtractionConfig) -> str | None:
             candidates.append((m.start(), inner if inner is not None else m.group(1).strip()))
     weak: list[tuple[int, str]] = []
     if config.answer_phrases:
-        matches = list(_PHRASE_RE.finditer(text))
-        if matches:
-            m = matches[-1]
+        # The last phrase that names something: "The final answer is within \boxed{}." (the prompt's
+        # instruction echoed, its box empty) names nothing, so the "answer is 48" before it counts.
+        for m in reversed(list(_PHRASE_RE.finditer(text))):
             answer = _phrase_answer(text[m.end() :])
-            # "... so our answer is correct": words only, used when nothing else is found
-            (weak if _PROSE_RE.fullmatch(answer) else candidates).append((m.start(), answer))
+            if answer.strip():
+                # "... so our answer is correct": words only, used when nothing else is found
+                (weak if _PROSE_RE.fullmatch(answer) else candidates).append((m.start(), answer))
+                break
     if config.gsm8k_marker:
         matches = list(_GSM8K_RE.finditer(text))
         if matches:
             candidates.append((matches[-1].start(), matches[-1].group(1).strip()))
     candidates = candidates or weak
-    if not candidates:
-        return None
+    if not candidates:  # an empty \boxed{} alone is still a marker: one that holds no answer
+        return "" if config.boxed and _EMPTY_BOX_RE.search(text) else None
     return max(candidates, key=lambda c: c[0])[1].strip()
 
 
 def _boxed(text: str, join: bool) -> tuple[int, str] | None:
-    """(start, content) of the last box, joined with the boxes just before it when
+    """(start, content) of the last non-empty box, joined with the boxes just before it when
     only connectives separate them (``\\boxed{1} and \\boxed{2}`` -> ``1, 2``)."""
     boxes: list[tuple[int, int, str]] = []  # (start, end, content)
     for m in _BOX_RE.finditer(text):
@@ -155,7 +158,8 @@ def _boxed(text: str, join: bool) -> tuple[int, str] | None:
             if end < 0:  # unclosed: take the rest of the text
                 boxes.append((m.start(), len(text), text[m.end() :]))
                 continue
-            boxes.append((m.start(), end + 1, text[m.end() : end]))
+            if text[m.end() : end].strip():  # an empty \boxed{} (an echoed instruction) holds no answer
+                boxes.append((m.start(), end + 1, text[m.end() : end]))
         else:  # \boxed 5
             token = re.match(r"\s*([^\s$.,]+)", text[m.end() :])
             if token:
@@ -197,6 +201,8 @@ def _phrase_answer(rest: str) -> str:
     boxed = _boxed(phrase, join=True)
     if boxed is not None:
         return boxed[1]
+    if _BOX_RE.search(phrase):  # only empty boxes: the phrase points at no answer
+        return ""
     cut = [m.end() for m in re.finditer(r"\s(?:is|are|was|equals)\s", _MATH_RE.sub(_blank, phrase))]
     if cut:
         phrase = phrase[cut[-1] :].strip()

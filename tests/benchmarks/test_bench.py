@@ -91,3 +91,20 @@ def test_train_bench_rejects_bad_flags_with_the_fix(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--trl-keep-freed-memory", "--no-results"])
     assert "add --compare trl" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, setting", [("auto", None), ("true", True), ("false", False)])
+def test_keep_freed_memory_reaches_our_trainer_in_process_and_in_the_compared_subprocess(tmp_path, flag, setting,
+                                                                                         monkeypatch):
+    import json
+
+    import benchmarks.perf.train as bench
+    from benchmarks.perf.results import RESULT_PREFIX
+
+    args = bench.parse_args(["--keep-freed-memory", flag, "--compare", "trl"])
+    assert bench.train_config(args, tmp_path / "model", tmp_path / "def.yaml", tmp_path / "run").trainer.keep_freed_memory is setting
+    seen = []
+    monkeypatch.setattr(bench, "_child", lambda cmd, what, env=None: seen.append(cmd) or
+                        RESULT_PREFIX + json.dumps({"figures": {"sec_per_step": 1.0}}))
+    assert bench.ours_in_subprocess(args) == {"sec_per_step": 1.0}
+    assert seen[0][seen[0].index("--keep-freed-memory") + 1] == flag

@@ -19,7 +19,7 @@ from benchmarks.catalog import (
 )
 from benchmarks.config import EvalConfig
 from benchmarks.runner import run
-from reasoning_rl.tasks.data import make_problem
+from reasoning_rl.tasks.data import load_problems, make_problem
 from rewards.math import MathVerifier
 
 NEW = ["aime25", "amc23", "minerva_math", "olympiadbench", "college_math", "svamp", "asdiv", "mawps"]
@@ -99,3 +99,15 @@ def test_benchmark_all_skips_what_data_dir_cannot_provide(shared_data_dir: Path,
     with pytest.raises(BenchmarkDataMissing, match=r"stdio_test\.jsonl' does not exist"):
         run(EvalConfig(benchmark="stdio_code", write_reference_samples=str(tmp_path / "refs"),
                        data_dir=str(shared_data_dir)))
+
+
+def test_the_grade_school_transfer_sets_share_no_problem_with_gsm8k_train(shared_data_dir: Path) -> None:
+    """SVAMP, ASDiv and MAWPS measure transfer from GSM8K training (docs/real_model.md): no problem
+    of theirs is a GSM8K train problem (prompts compared lower-cased, whitespace collapsed)."""
+    def normal(prompt: str) -> str:
+        return " ".join(prompt.lower().split())
+
+    train = {normal(p.prompt) for p in load_problems(get_benchmark("gsm8k"), "train", data_dir=shared_data_dir)[0]}
+    for name in ("svamp", "asdiv", "mawps"):
+        problems = load_problems(get_benchmark(name), data_dir=shared_data_dir)[0]
+        assert problems and not {normal(p.prompt) for p in problems} & train, name

@@ -79,3 +79,18 @@ def test_the_eval_cli_refuses_tensor_parallel_on_hf(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"tensor_parallel_size=2 .* backend=hf"):
         run(cfg)
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_the_native_backend_decodes_greedily_as_hf(tiny_run) -> None:
+    """``backend=native`` (training's own decode loop, lean runtime on the CPU) writes the greedy completions
+    ``backend=hf`` (transformers ``generate``) writes, token for token, from a real checkpoint folder."""
+    from benchmarks.generation import sampling_config
+
+    checkpoint = str(tiny_run / "checkpoint-5")
+    greedy = sampling_config(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=12)
+    prompts = ["12 + 7 =", "3 * 4 =", "100 - 1 ="]
+    out = {backend: load_engine(backend, checkpoint, device="cpu", batch_size=2)[0].generate(prompts, 1, greedy, seed=0)
+           for backend in ("hf", "native")}
+    assert type(load_engine("native", checkpoint, device="cpu")[0]._built()).__name__ == "NativeEngine"
+    assert [[c.token_ids for c in row] for row in out["native"]] == [[c.token_ids for c in row] for row in out["hf"]]
+    assert all(len(row[0].token_ids) > 0 for row in out["native"])

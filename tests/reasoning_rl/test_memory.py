@@ -104,12 +104,15 @@ def test_large_blocks_returned_stay_mapped_apart_after_the_first_free():
     assert run("return") == 1
 
 
-def test_allocator_choice_auto_keeps_for_small_cpu_models_and_returns_for_large():
+def test_allocator_choice_auto_returns_large_blocks_only_for_a_large_cpu_model_with_checkpointing():
     from reasoning_rl.memory import KEPT_MEMORY, RETURN_LARGE_BLOCKS, allocator_choice
 
     assert allocator_choice(None, 1_000_000, on_cpu=True) == ("kept", KEPT_MEMORY)  # the tiny model
-    assert allocator_choice(None, 134_515_008, on_cpu=True) == ("large blocks returned", RETURN_LARGE_BLOCKS)
-    assert allocator_choice(None, 134_515_008, on_cpu=False)[0] == "kept"  # on a GPU malloc holds little
+    assert allocator_choice(None, 1_000_000, on_cpu=True, checkpointing=True)[0] == "kept"
+    assert allocator_choice(None, 134_515_008, on_cpu=True) == ("kept", KEPT_MEMORY)  # SmolLM2: no page faults
+    assert allocator_choice(None, 134_515_008, on_cpu=True, checkpointing=True) == (
+        "large blocks returned", RETURN_LARGE_BLOCKS)  # SmolLM2 with checkpointing: half the peak
+    assert allocator_choice(None, 134_515_008, on_cpu=False, checkpointing=True)[0] == "kept"  # a GPU's tensors
     assert allocator_choice(True, 134_515_008, on_cpu=True)[0] == "kept"
     assert allocator_choice(False, 1_000_000, on_cpu=True)[0] == "large blocks returned"
     assert RETURN_LARGE_BLOCKS["mmap_threshold"] == 2**20 < KEPT_MEMORY["mmap_threshold"]

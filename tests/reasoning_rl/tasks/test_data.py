@@ -172,3 +172,33 @@ def test_generator_kwargs_apply_to_generated_data_only() -> None:
     assert '"max_operand": 3' in origin
     with pytest.raises(TaskDataError, match="source_kwargs"):
         load_rows(get_definition("gsm8k"), "test", source_kwargs={"max_operand": 3})
+
+
+def _hashed_definition(tmp_path: Path, low: list[float], high: list[float]) -> Path:
+    path = tmp_path / "hashed.yaml"
+    path.write_text("name: hashed\nversion: 1\ndescription: d\nsource: {local_file: rows.jsonl}\n"
+                    f"splits: {{low: {{hash_range: {low}}}, high: {{hash_range: {high}}}, all: {{}}}}\n"
+                    "train_split: all\neval_split: low\nprompt_template: '{question}'\nanswer_field: answer\n"
+                    "verifier: {name: math}\n")
+    return path
+
+
+def test_hash_ranges_partition_one_file_whatever_its_order(tmp_path: Path) -> None:
+    rows = [f'{{"question": "{i} + 1?", "answer": "{i + 1}"}}\n' for i in range(200)]
+    (tmp_path / "rows.jsonl").write_text("".join(rows))
+    spec = get_definition(str(_hashed_definition(tmp_path, [0.0, 0.25], [0.25, 1.0])))
+    low, high, every = ({p.prompt for p in load_problems(spec, s, data_dir=tmp_path)[0]} for s in ("low", "high", "all"))
+    assert not low & high and low | high == every
+    assert 20 < len(low) < 80  # about a quarter of 200 (a binomial's sd is ~6)
+    (tmp_path / "rows.jsonl").write_text("".join(reversed(rows)))  # a reordered file: the same problems per split
+    assert {p.prompt for p in load_problems(spec, "low", data_dir=tmp_path)[0]} == low
+
+
+def test_gsm8k_fit_validation_and_test_share_no_problem(shared_data_dir: Path) -> None:
+    spec = get_definition("gsm8k")
+    prompts = {s: [p.prompt for p in load_problems(spec, s, data_dir=shared_data_dir)[0]]
+               for s in ("train", "fit", "validation", "test")}
+    fit, validation, test = (set(prompts[s]) for s in ("fit", "validation", "test"))
+    assert not fit & validation and not (fit | validation) & test
+    assert fit | validation == set(prompts["train"])
+    assert (len(prompts["fit"]), len(prompts["validation"])) == (7104, 369)  # the counts the definition states

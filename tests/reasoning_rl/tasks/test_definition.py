@@ -133,3 +133,9 @@ def test_a_definition_file_of_your_own(tmp_path: Path) -> None:
     assert get_definition(str(path)).splits["train"].local_file == "t.jsonl"
     with pytest.raises(FileNotFoundError, match="does not exist"):
         get_definition(str(tmp_path / "absent.yaml"))
+
+
+@pytest.mark.parametrize("bad", [[0.5, 0.5], [-0.1, 0.5], [0.2, 1.5], [0.1]])
+def test_a_hash_range_outside_zero_one_is_refused(bad: list[float]) -> None:
+    with pytest.raises(DefinitionError, match=r"split 'train': hash_range must be \[lo, hi\) with 0 <= lo < hi <= 1"):
+        parse_definition({**BASE, "splits": {"train": {"local_file": "t.jsonl", "hash_range": bad}}})

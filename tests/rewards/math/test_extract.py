@@ -21,6 +21,12 @@ PRED_CASES = [
     # <answer> tags
     ("<think>long</think><answer>42</answer>", "42"),
     (r"<answer>the value is \boxed{7}</answer>", "7"),
+    # an empty \boxed{} (the prompt's instruction echoed) holds no answer; an answer stated before it counts
+    # (SmolLM2-135M-Instruct on GSM8K test problem 48, greedy: the last two sentences of its completion)
+    ("So, the answer is 48.\n\nThe final answer is within \\boxed{}.", "48"),
+    (r"\boxed{7}, so put your final answer within \boxed{}.", "7"),
+    (r"The final answer is within \boxed{}.", None),
+    (r"\boxed{}", None),
     # phrases
     ("The answer is 17.", "17"),
     ("Final answer: $3\\sqrt{2}$", "$3\\sqrt{2}$"),
