@@ -11,6 +11,7 @@ the defaults are in ``conf/eval.yaml``.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import hydra
@@ -53,9 +54,14 @@ def _main(cfg: DictConfig) -> None:
 
 def dispatch(config: EvalConfig) -> list[dict]:
     """``suite=`` runs a suite (:mod:`benchmarks.suite_run`), anything else :func:`benchmarks.runner.run`."""
+    from benchmarks.generation import resolve_model
     from benchmarks.runner import run  # loaded with the app, after Hydra has parsed the command line
     from benchmarks.suite_run import run_suite
 
+    # model=smollm2-135m (a conf/model/ preset) means its model, as in training.
+    if config.model_name_or_path:
+        config = dataclasses.replace(config, model_name_or_path=resolve_model(config.model_name_or_path))
+    config = dataclasses.replace(config, compare=[resolve_model(m) for m in config.compare])
     return run_suite(config) if config.suite else run(config)
 
 

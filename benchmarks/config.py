@@ -25,7 +25,7 @@ from reasoning_rl.config_checks import (
     problems_message,
     range_problems,
 )
-from reasoning_rl.envs.base import EpisodeConfig
+from reasoning_rl.settings.task import EpisodeConfig
 
 
 @dataclass

