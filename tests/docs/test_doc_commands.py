@@ -50,11 +50,9 @@ SHORTEN_BENCH: dict[str, list[str]] = {
     "lmhead": ["--layers", "1", "--prompt-tokens", "16", "--completion-tokens", "16", "--rounds", "2"],
     "gpu": ["--steps", "1"],
     "plan": [],
-    # an absolute --workdir: the benchmark runs its trainer from the repository root (a relative one is not found)
-    "async": ["--steps", "3", "--rounds", "1", "--no-warm-start", "--workdir", "{folder}/bench_async"],
-    # no --n: reasoning-rl-bench reads `--n 2` as its own --no-results and leaves "2" over
-    "episode-cache": ["--rounds", "1", "--prompts", "2", "--turns", "2"],
-    "stop-in-loop": ["--rounds", "1", "--prompts", "2", "--turns", "2"],
+    "async": ["--steps", "3", "--rounds", "1", "--no-warm-start", "--workdir", "bench_async"],
+    "episode-cache": ["--rounds", "1", "--prompts", "2", "--n", "2", "--turns", "2"],
+    "stop-in-loop": ["--rounds", "1", "--prompts", "2", "--n", "2", "--turns", "2"],
 }
 """reasoning-rl-bench: per subcommand (its flags differ), plus --no-results for every one."""
 
@@ -88,7 +86,7 @@ def smaller_sweep(words: list[str]) -> list[str]:
     return out + [f"{k}={','.join(v)}" for k, v in keep.items() if k not in own]
 
 
-def shortened(cmd: DocCommand, folder: Path = Path(".")) -> str:
+def shortened(cmd: DocCommand) -> str:
     """The command without its trailing comment, with the small-size arguments appended."""
     words = shlex.split(cmd.text, comments=True, posix=False)
     script = next(w for w in words if w in CONSOLE_SCRIPTS)
@@ -98,7 +96,7 @@ def shortened(cmd: DocCommand, folder: Path = Path(".")) -> str:
         words = smaller_sweep(words)
     elif script == "reasoning-rl-bench":
         sub = words[words.index(script) + 1]
-        extra = [a.format(folder=folder) for a in SHORTEN_BENCH.get(sub, [])] + ["--no-results"]
+        extra = [*SHORTEN_BENCH.get(sub, []), "--no-results"]
     else:
         extra = SHORTEN[script]
     # The arguments go before any redirection, pipe or `&` (a page's runs side by side run one at a time here).
@@ -122,12 +120,12 @@ def existing_checkpoints(script: str, folder: Path) -> str:
     return re.sub(r"(?<![\w/$~])([\w./-]*checkpoint-)(\d+)\b", newest, script)
 
 
-def with_setup(cmd: DocCommand, folder: Path = Path(".")) -> str:
+def with_setup(cmd: DocCommand) -> str:
     """The shortened command inside the loops above it in its block, after the block's assignments and file
     copies; as a sweep, the first loop runs its first two values, every other loop its first."""
     loops = [re.match(r"for (\w+) in (.*?);\s*do\b", line) for line in cmd.setup if line.startswith("for ")]
     heads = [f"for {m.group(1)} in {' '.join(m.group(2).split()[: 2 if i == 0 else 1])}; do" for i, m in enumerate(loops)]
-    body = shortened(cmd, folder) + (" || exit $?" if loops else "")
+    body = shortened(cmd) + (" || exit $?" if loops else "")
     rest = [line for line in cmd.setup if not line.startswith("for ")]
     return "; ".join([*rest, " ".join([*heads, body]) + "; done" * len(loops)])
 
@@ -207,7 +205,7 @@ def test_doc_command_runs(cmd: DocCommand, page_folders, tmp_path_factory):
     if pages is not None and cmd.page not in pages:
         pytest.skip(f"{cmd.page} is not in {RUN_ENV}={os.environ[RUN_ENV]}")
     folder = page_folder(cmd.page, page_folders, tmp_path_factory)
-    script = existing_checkpoints(with_setup(cmd, folder), folder)
+    script = existing_checkpoints(with_setup(cmd), folder)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
