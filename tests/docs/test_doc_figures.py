@@ -112,6 +112,9 @@ def test_readme_table_names_every_algorithm_preset():
     presets = sorted(p.stem for p in (REPO / "conf" / "algo").glob("*.yaml"))
     missing = [p for p in presets if f"`{p}`" not in table and f"algo={p}`" not in table]
     assert not missing, f"README's 'Which preset for what' does not name these conf/algo presets: {missing}"
+    goals = [row.split("|")[1] for row in table.splitlines() if row.startswith("| ")]
+    named = {n for goal in goals for n in re.findall(r"`(\w+)`", goal)}
+    assert named <= set(presets), f"the goal column names presets conf/algo/ lacks: {sorted(named - set(presets))}"
     for experiment in re.findall(r"experiment=(\w+)", table):
         assert (REPO / "conf" / "experiment" / f"{experiment}.yaml").is_file(), experiment
 
@@ -171,6 +174,14 @@ def test_memory_md_default_run_header_line():
     header = log_plan(cfg, model, tokenizer, [p.prompt for p in problems])
     assert line.groups() == (f"{header.peak_bytes / 1024 ** 3:.2f}", header.phase, str(header.workload.micro_batch_rows),
                              str(header.largest_micro_batch))
+
+
+def test_algorithms_md_counts_the_grpo_presets():
+    """docs/algorithms.md's "N presets" of the grpo module is the number of rows of its generated table."""
+    text = (REPO / "docs" / "algorithms.md").read_text()
+    table = text.split("<!-- grpo presets: begin -->", 1)[1].split("<!-- grpo presets: end -->", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `") and not line.startswith("| `algo=`")]
+    assert re.search(r"\| `grpo` \| `reasoning_rl/algo/grpo.py` \| (\d+) presets", text).group(1) == str(len(rows))
 
 
 def test_index_lists_every_page_once():
