@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from tests.conftest import SHARED_DATA
 from tests.docs.conftest import CONSOLE_SCRIPTS, REPO, SKIP_REASONS, DocCommand, collect_doc_commands
 from tests.reasoning_rl.conftest import TINY_OVERRIDES
@@ -54,6 +55,7 @@ SHORTEN_BENCH: dict[str, list[str]] = {
     "async": ["--steps", "3", "--rounds", "1", "--no-warm-start", "--workdir", "bench_async"],
     "episode-cache": ["--rounds", "1", "--prompts", "2", "--n", "2", "--turns", "2"],
     "stop-in-loop": ["--rounds", "1", "--prompts", "2", "--n", "2", "--turns", "2"],
+    "eval": ["--limit", "2", "--max-new-tokens", "8", "--batch-size", "2"],
 }
 """reasoning-rl-bench: per subcommand (its flags differ), plus --no-results for every one."""
 
@@ -146,6 +148,15 @@ def user_files(folder: Path) -> None:
     # A dataset definition of one's own (docs/tasks.md): arithmetic_wide's, under another name.
     wide = (REPO / "reasoning_rl" / "tasks" / "definitions" / "arithmetic_wide.yaml").read_text()
     (folder / "my_task.yaml").write_text(wide.replace("name: arithmetic_wide", "name: my_task"))
+    # Randomly initialised tiny checkpoints saved with save_pretrained (docs/evaluation.md, "End to end").
+    for step in (10, 20):
+        model, tokenizer = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2,
+                                                            intermediate_size=64, init_seed=step))
+        model.save_pretrained(folder / "scratch" / "run" / f"checkpoint-{step}")
+        tokenizer.save_pretrained(folder / "scratch" / "run" / f"checkpoint-{step}")
+    # A suite of one's own (docs/evaluation.md: "copy one, edit it, pass its path"): grade_school's.
+    suite = (REPO / "conf" / "eval_suites" / "grade_school.yaml").read_text()
+    (folder / "my_suite.yaml").write_text(suite.replace("name: grade_school", "name: my_suite"))
 
 
 @pytest.fixture(scope="module")
