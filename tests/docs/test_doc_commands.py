@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,8 @@ from tests.reasoning_rl.conftest import TINY_OVERRIDES
 COMMANDS = collect_doc_commands()
 RUN_ENV = "REASONING_RL_DOC_COMMANDS"
 PLACEHOLDER = re.compile(r"<[a-z_]+>")
+LAST_OF_PAGE = {c.page: c for c in COMMANDS if c.skip is None}
+"""The last runnable command of each page: after it, the page's working folder is removed."""
 
 SHORTEN: dict[str, list[str]] = {
     "reasoning-rl-train": [*TINY_OVERRIDES, "trainer.save_every=2"],
@@ -221,7 +224,11 @@ def test_doc_command_runs(cmd: DocCommand, page_folders, tmp_path_factory):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-    out = subprocess.run(["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=1200)
+    try:
+        out = subprocess.run(["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=1200)
+    finally:
+        if cmd == LAST_OF_PAGE[cmd.page]:  # its checkpoints and models: gigabytes a page (22 GB for every page)
+            shutil.rmtree(folder.parent, ignore_errors=True)
     tail = (out.stdout + out.stderr)[-3000:]
     assert out.returncode == cmd.expect_exit, f"{cmd.id}: exit {out.returncode}, the page expects " \
         f"{cmd.expect_exit}\n$ {script}\n{tail}"
