@@ -38,8 +38,11 @@ PLACEHOLDER = re.compile(r"<[a-z_]+>")
 LAST_OF_PAGE = {c.page: c for c in COMMANDS if c.skip is None}
 """The last runnable command of each page: after it, the page's working folder is removed."""
 
+MAX_STEPS = 2
+"""reasoning-rl-train runs at most this many steps here, with a checkpoint every 2 (SHORTEN)."""
+
 SHORTEN: dict[str, list[str]] = {
-    "reasoning-rl-train": [*TINY_OVERRIDES, "trainer.save_every=2"],
+    "reasoning-rl-train": [*TINY_OVERRIDES, f"trainer.save_every={MAX_STEPS}"],
     "reasoning-rl-eval": ["limit=2", "max_new_tokens=8", "batch_size=4", "progress=false"],
     "reasoning-rl-report": [],
     "reasoning-rl-export": [],
@@ -98,7 +101,7 @@ def shortened(cmd: DocCommand) -> str:
     script = next(w for w in words if w in CONSOLE_SCRIPTS)
     body = " ".join(words)  # for trainer.steps only
     if script == "reasoning-rl-train":
-        extra = [*SHORTEN[script], _steps_at_most(body, 2)]
+        extra = [*SHORTEN[script], _steps_at_most(body, MAX_STEPS)]
         words = smaller_sweep(words)
     elif script == "reasoning-rl-bench":
         sub = words[words.index(script) + 1]
@@ -114,16 +117,20 @@ def shortened(cmd: DocCommand) -> str:
 
 def existing_checkpoints(script: str, folder: Path) -> str:
     """``<path>checkpoint-<N>`` -> the newest ``<path>checkpoint-<M>`` there is, when the shortened run (or
-    the evaluation of it) stopped before step N: its final checkpoint is the one the page means."""
+    the evaluation of it) stopped before step N: its final checkpoint is the one the page means. A path
+    holding a loop's variable (``runs/p$p-s$s/checkpoint-100``) is known only when the loop runs: it becomes
+    the shortened run's last checkpoint, ``checkpoint-<min(N, MAX_STEPS)>`` (a checkpoint every 2 steps)."""
 
     def newest(match: re.Match) -> str:
         prefix, step = match.group(1), match.group(2)
         if prefix.startswith("/") or (folder / f"{prefix}{step}").exists():  # absolute: not a page's run
             return match.group(0)
+        if "$" in prefix:
+            return f"{prefix}{min(int(step), MAX_STEPS)}"
         steps = [int(p.name.rsplit("-", 1)[1]) for p in folder.glob(f"{prefix}*") if p.name.rsplit("-", 1)[1].isdigit()]
         return f"{prefix}{max(steps)}" if steps else match.group(0)
 
-    return re.sub(r"(?<![\w/$~])([\w./-]*checkpoint-)(\d+)\b", newest, script)
+    return re.sub(r"(?<![\w/$~])([\w./$-]*checkpoint-)(\d+)\b", newest, script)
 
 
 def with_setup(cmd: DocCommand) -> str:
