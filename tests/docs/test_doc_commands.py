@@ -22,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -170,14 +171,20 @@ def user_files(folder: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def page_folders(tmp_path_factory) -> dict[str, Path]:
-    return {}
+def page_folders():
+    """The pages' working folders, removed at the end (each is removed after its page's last command too)."""
+    folders: dict[str, Path] = {}
+    yield folders
+    for folder in folders.values():
+        shutil.rmtree(folder.parent, ignore_errors=True)
 
 
-def page_folder(page: str, folders: dict[str, Path], factory) -> Path:
-    """The page's working folder: ``work/`` beside ``shared/data``, so ``../shared/data`` resolves."""
+def page_folder(page: str, folders: dict[str, Path]) -> Path:
+    """The page's working folder: ``work/`` beside ``shared/data``, so ``../shared/data`` resolves. Made with
+    ``tempfile``, not pytest's ``tmp_path_factory``: another pytest session of the same user keeps only the
+    newest 3 base folders and so removed this run's pages mid-run on a shared machine."""
     if page not in folders:
-        root = factory.mktemp(Path(page).stem)
+        root = Path(tempfile.mkdtemp(prefix=f"doc-commands-{Path(page).stem}-"))
         (root / "shared").mkdir()
         (root / "shared" / "data").symlink_to(SHARED_DATA)
         (root / "work").mkdir()
@@ -222,11 +229,11 @@ def test_pages_to_run_reads_all_or_a_list():
 @pytest.mark.skipif(not os.environ.get(RUN_ENV), reason=f"runs every documented command: set {RUN_ENV}=1")
 @pytest.mark.skipif(SHARED_DATA is None, reason="../shared/data not found")
 @pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.skip is None], ids=lambda c: c.id)
-def test_doc_command_runs(cmd: DocCommand, page_folders, tmp_path_factory):
+def test_doc_command_runs(cmd: DocCommand, page_folders):
     pages = pages_to_run(os.environ[RUN_ENV])
     if pages is not None and cmd.page not in pages:
         pytest.skip(f"{cmd.page} is not in {RUN_ENV}={os.environ[RUN_ENV]}")
-    folder = page_folder(cmd.page, page_folders, tmp_path_factory)
+    folder = page_folder(cmd.page, page_folders)
     script = existing_checkpoints(with_setup(cmd), folder)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
