@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf.child import child_env
 from benchmarks.perf.results import BenchResult, run_and_record
 
 # Model shapes (reasoning_rl.policy.loading.TinyModelConfig, Llama-style, character vocabulary).
@@ -100,7 +101,7 @@ def run_one(algo: str, overrides: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"algo_memory_{algo}_") as tmp:
         cmd = [sys.executable, "-m", "benchmarks.perf.algo_memory", "--worker", json.dumps(overrides),
                "--run-dir", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
     if proc.returncode != 0:
         raise SystemExit(f"the {algo} run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

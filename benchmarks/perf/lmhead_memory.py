@@ -39,9 +39,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from benchmarks.perf.child import child_env
 from benchmarks.perf.results import BenchResult, run_and_record
 
 CONFIGS: dict[str, tuple[str, bool]] = {
@@ -194,12 +194,12 @@ def run_worker(flag: str, settings: dict[str, Any], allocator: str = "glibc") ->
     (:data:`ALLOCATORS`); its last stdout line is the JSON result."""
     from reasoning_rl.memory import glibc_tunables
 
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env = child_env({k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"})
     tunables = ALLOCATORS[allocator]
     if tunables is not None:
         env["GLIBC_TUNABLES"] = glibc_tunables() if tunables == "kept" else tunables
     cmd = [sys.executable, "-m", "benchmarks.perf.lmhead_memory", flag, json.dumps(settings)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"the {settings.get('config', flag)} run failed (exit {proc.returncode}):\n"
                          f"{proc.stderr[-3000:]}")

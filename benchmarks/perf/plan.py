@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf.child import child_env
 from benchmarks.perf.results import BenchResult, run_and_record
 
 GB = 1024 ** 3
@@ -110,12 +111,13 @@ def measure_worker(overrides: list[str], run_dir: str) -> dict[str, Any]:
 
 def measure(overrides: list[str], allocator: str) -> dict[str, Any]:
     """:func:`measure_worker` in a fresh interpreter under ``allocator`` (:data:`ALLOCATORS`)."""
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}  # the trainer's own mallopt settings
+    # GLIBC_TUNABLES dropped: the trainer makes its own mallopt settings (trainer.keep_freed_memory)
+    env = child_env({k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"})
     extra = [f"trainer.keep_freed_memory={ALLOCATORS[allocator]}"]
     with tempfile.TemporaryDirectory(prefix="plan_measure_") as tmp:
         cmd = [sys.executable, "-m", "benchmarks.perf.plan", "--measure-worker", json.dumps([*overrides, *extra]),
                str(Path(tmp) / "run")]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2])
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"the measured run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

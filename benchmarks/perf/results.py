@@ -104,7 +104,8 @@ def read_records(path: str | Path, bench: str | None = None) -> list[dict[str, A
 
 def results_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     """``--results PATH`` / ``--no-results`` (shared by every benchmark) and the remaining arguments."""
-    parser = argparse.ArgumentParser(add_help=False)
+    # No abbreviations: a benchmark's own --n is not a prefix of --no-results here.
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--results", default=DEFAULT_RESULTS,
                         help=f"JSONL file the run's record is appended to (default ./{DEFAULT_RESULTS})")
     parser.add_argument("--no-results", action="store_true", help="do not append the record anywhere")

@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf.child import child_env
 from benchmarks.perf.results import RESULT_PREFIX, RESULTS_HELP, BenchResult, run_and_record
 from reasoning_rl.policy.vllm.availability import MissingExtraError
 
@@ -264,8 +265,8 @@ def _last_result_line(stdout: str, what: str) -> str:
 
 
 def _child(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+    env = child_env({**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
         raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{tail}")

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
+import pytest
+
+from benchmarks.bench import main
 from benchmarks.perf.lm_eval_compare import compare, lm_eval_task
 
 
@@ -41,3 +45,13 @@ def test_task_file_keeps_lm_evals_format_with_local_rows(tmp_path: Path) -> None
     assert task["fewshot_config"] == {"sampler": "first_n"}
     assert task["dataset_kwargs"]["data_files"]["test"] == str(tmp_path / "gsm8k_test.jsonl")
     assert [f["name"] for f in task["filter_list"]] == ["strict-match", "flexible-extract"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("lm_eval") is not None, reason="lm_eval is installed")
+def test_without_lm_eval_the_bench_stops_first_with_the_install(tmp_path, monkeypatch, capsys) -> None:
+    """No run of our side first (minutes): one line naming the extra, exit code 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--compare", "lm-eval", "--limit", "2", "--no-results"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("reasoning-rl-bench: --compare lm-eval needs lm-evaluation-harness") and ".[bench]" in err[-1]
+    assert not list(tmp_path.iterdir())

@@ -35,7 +35,7 @@ SKIP_REASONS: dict[str, str] = {
     "gpu": "needs a CUDA GPU",
     "cluster": "needs a Slurm cluster or several machines",
     "network": "needs the network: a model or data set from the Hugging Face hub, an online tracker",
-    "extra": "needs an optional extra that neither `.[dev]` nor `.ci/run` installs (trl, vllm)",
+    "extra": "needs an optional extra that neither `.[dev]` nor `.ci/run` installs (trl, vllm, lm_eval)",
     "user-data": "needs data only a user has (their own files, not creatable by the test)",
 }
 """The only reasons a documented command may give for not being run by the test (docs/index.md)."""

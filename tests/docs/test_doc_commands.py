@@ -7,9 +7,10 @@ files a reader is asked to bring (``user_files``). One set of shortening argumen
 later value wins over the page's: few steps, small limits, no warm start, the tiny model's size. The loop
 variables of a reproduction script (``for s in 0 1 2; do``) take their first value.
 
-It takes tens of minutes on 2 cores, so the main suite skips it; ``.ci/run`` runs it as its own step:
-``REASONING_RL_DOC_COMMANDS=1 python -m pytest tests/docs -m doc_commands``. The checks that need no run
-(markers, placeholders) are in the main suite.
+Every page's commands take over an hour on 2 cores, so the main suite skips them: ``.ci/run`` runs the README's
+as its own step (``REASONING_RL_DOC_COMMANDS=README.md``), and every page runs with
+``REASONING_RL_DOC_COMMANDS=all python -m pytest tests/docs -m doc_commands`` (docs/testing.md). The checks that
+need no run (markers, placeholders) are in the main suite.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
 from tests.conftest import SHARED_DATA
 from tests.docs.conftest import CONSOLE_SCRIPTS, REPO, SKIP_REASONS, DocCommand, collect_doc_commands
 from tests.reasoning_rl.conftest import TINY_OVERRIDES
@@ -32,9 +36,14 @@ from tests.reasoning_rl.conftest import TINY_OVERRIDES
 COMMANDS = collect_doc_commands()
 RUN_ENV = "REASONING_RL_DOC_COMMANDS"
 PLACEHOLDER = re.compile(r"<[a-z_]+>")
+LAST_OF_PAGE = {c.page: c for c in COMMANDS if c.skip is None}
+"""The last runnable command of each page: after it, the page's working folder is removed."""
+
+MAX_STEPS = 2
+"""reasoning-rl-train runs at most this many steps here, with a checkpoint every 2 (SHORTEN)."""
 
 SHORTEN: dict[str, list[str]] = {
-    "reasoning-rl-train": [*TINY_OVERRIDES, "trainer.save_every=2"],
+    "reasoning-rl-train": [*TINY_OVERRIDES, f"trainer.save_every={MAX_STEPS}"],
     "reasoning-rl-eval": ["limit=2", "max_new_tokens=8", "batch_size=4", "progress=false"],
     "reasoning-rl-report": [],
     "reasoning-rl-export": [],
@@ -50,11 +59,10 @@ SHORTEN_BENCH: dict[str, list[str]] = {
     "lmhead": ["--layers", "1", "--prompt-tokens", "16", "--completion-tokens", "16", "--rounds", "2"],
     "gpu": ["--steps", "1"],
     "plan": [],
-    # an absolute --workdir: the benchmark runs its trainer from the repository root (a relative one is not found)
-    "async": ["--steps", "3", "--rounds", "1", "--no-warm-start", "--workdir", "{folder}/bench_async"],
-    # no --n: reasoning-rl-bench reads `--n 2` as its own --no-results and leaves "2" over
-    "episode-cache": ["--rounds", "1", "--prompts", "2", "--turns", "2"],
-    "stop-in-loop": ["--rounds", "1", "--prompts", "2", "--turns", "2"],
+    "async": ["--steps", "3", "--rounds", "1", "--no-warm-start", "--workdir", "bench_async"],
+    "episode-cache": ["--rounds", "1", "--prompts", "2", "--n", "2", "--turns", "2"],
+    "stop-in-loop": ["--rounds", "1", "--prompts", "2", "--n", "2", "--turns", "2"],
+    "eval": ["--limit", "2", "--max-new-tokens", "8", "--batch-size", "2"],
 }
 """reasoning-rl-bench: per subcommand (its flags differ), plus --no-results for every one."""
 
@@ -88,17 +96,17 @@ def smaller_sweep(words: list[str]) -> list[str]:
     return out + [f"{k}={','.join(v)}" for k, v in keep.items() if k not in own]
 
 
-def shortened(cmd: DocCommand, folder: Path = Path(".")) -> str:
+def shortened(cmd: DocCommand) -> str:
     """The command without its trailing comment, with the small-size arguments appended."""
     words = shlex.split(cmd.text, comments=True, posix=False)
     script = next(w for w in words if w in CONSOLE_SCRIPTS)
     body = " ".join(words)  # for trainer.steps only
     if script == "reasoning-rl-train":
-        extra = [*SHORTEN[script], _steps_at_most(body, 2)]
+        extra = [*SHORTEN[script], _steps_at_most(body, MAX_STEPS)]
         words = smaller_sweep(words)
     elif script == "reasoning-rl-bench":
         sub = words[words.index(script) + 1]
-        extra = [a.format(folder=folder) for a in SHORTEN_BENCH.get(sub, [])] + ["--no-results"]
+        extra = [*SHORTEN_BENCH.get(sub, []), "--no-results"]
     else:
         extra = SHORTEN[script]
     # The arguments go before any redirection, pipe or `&` (a page's runs side by side run one at a time here).
@@ -110,24 +118,28 @@ def shortened(cmd: DocCommand, folder: Path = Path(".")) -> str:
 
 def existing_checkpoints(script: str, folder: Path) -> str:
     """``<path>checkpoint-<N>`` -> the newest ``<path>checkpoint-<M>`` there is, when the shortened run (or
-    the evaluation of it) stopped before step N: its final checkpoint is the one the page means."""
+    the evaluation of it) stopped before step N: its final checkpoint is the one the page means. A path
+    holding a loop's variable (``runs/p$p-s$s/checkpoint-100``) is known only when the loop runs: it becomes
+    the shortened run's last checkpoint, ``checkpoint-<min(N, MAX_STEPS)>`` (a checkpoint every 2 steps)."""
 
     def newest(match: re.Match) -> str:
         prefix, step = match.group(1), match.group(2)
         if prefix.startswith("/") or (folder / f"{prefix}{step}").exists():  # absolute: not a page's run
             return match.group(0)
+        if "$" in prefix:
+            return f"{prefix}{min(int(step), MAX_STEPS)}"
         steps = [int(p.name.rsplit("-", 1)[1]) for p in folder.glob(f"{prefix}*") if p.name.rsplit("-", 1)[1].isdigit()]
         return f"{prefix}{max(steps)}" if steps else match.group(0)
 
-    return re.sub(r"(?<![\w/$~])([\w./-]*checkpoint-)(\d+)\b", newest, script)
+    return re.sub(r"(?<![\w/$~])([\w./$-]*checkpoint-)(\d+)\b", newest, script)
 
 
-def with_setup(cmd: DocCommand, folder: Path = Path(".")) -> str:
+def with_setup(cmd: DocCommand) -> str:
     """The shortened command inside the loops above it in its block, after the block's assignments and file
     copies; as a sweep, the first loop runs its first two values, every other loop its first."""
     loops = [re.match(r"for (\w+) in (.*?);\s*do\b", line) for line in cmd.setup if line.startswith("for ")]
     heads = [f"for {m.group(1)} in {' '.join(m.group(2).split()[: 2 if i == 0 else 1])}; do" for i, m in enumerate(loops)]
-    body = shortened(cmd, folder) + (" || exit $?" if loops else "")
+    body = shortened(cmd) + (" || exit $?" if loops else "")
     rest = [line for line in cmd.setup if not line.startswith("for ")]
     return "; ".join([*rest, " ".join([*heads, body]) + "; done" * len(loops)])
 
@@ -147,17 +159,32 @@ def user_files(folder: Path) -> None:
     # A dataset definition of one's own (docs/tasks.md): arithmetic_wide's, under another name.
     wide = (REPO / "reasoning_rl" / "tasks" / "definitions" / "arithmetic_wide.yaml").read_text()
     (folder / "my_task.yaml").write_text(wide.replace("name: arithmetic_wide", "name: my_task"))
+    # Randomly initialised tiny checkpoints saved with save_pretrained (docs/evaluation.md, "End to end").
+    for step in (10, 20):
+        model, tokenizer = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2,
+                                                            intermediate_size=64, init_seed=step))
+        model.save_pretrained(folder / "scratch" / "run" / f"checkpoint-{step}")
+        tokenizer.save_pretrained(folder / "scratch" / "run" / f"checkpoint-{step}")
+    # A suite of one's own (docs/evaluation.md: "copy one, edit it, pass its path"): grade_school's.
+    suite = (REPO / "conf" / "eval_suites" / "grade_school.yaml").read_text()
+    (folder / "my_suite.yaml").write_text(suite.replace("name: grade_school", "name: my_suite"))
 
 
 @pytest.fixture(scope="module")
-def page_folders(tmp_path_factory) -> dict[str, Path]:
-    return {}
+def page_folders():
+    """The pages' working folders, removed at the end (each is removed after its page's last command too)."""
+    folders: dict[str, Path] = {}
+    yield folders
+    for folder in folders.values():
+        shutil.rmtree(folder.parent, ignore_errors=True)
 
 
-def page_folder(page: str, folders: dict[str, Path], factory) -> Path:
-    """The page's working folder: ``work/`` beside ``shared/data``, so ``../shared/data`` resolves."""
+def page_folder(page: str, folders: dict[str, Path]) -> Path:
+    """The page's working folder: ``work/`` beside ``shared/data``, so ``../shared/data`` resolves. Made with
+    ``tempfile``, not pytest's ``tmp_path_factory``: another pytest session of the same user keeps only the
+    newest 3 base folders and so removed this run's pages mid-run on a shared machine."""
     if page not in folders:
-        root = factory.mktemp(Path(page).stem)
+        root = Path(tempfile.mkdtemp(prefix=f"doc-commands-{Path(page).stem}-"))
         (root / "shared").mkdir()
         (root / "shared" / "data").symlink_to(SHARED_DATA)
         (root / "work").mkdir()
@@ -202,16 +229,20 @@ def test_pages_to_run_reads_all_or_a_list():
 @pytest.mark.skipif(not os.environ.get(RUN_ENV), reason=f"runs every documented command: set {RUN_ENV}=1")
 @pytest.mark.skipif(SHARED_DATA is None, reason="../shared/data not found")
 @pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.skip is None], ids=lambda c: c.id)
-def test_doc_command_runs(cmd: DocCommand, page_folders, tmp_path_factory):
+def test_doc_command_runs(cmd: DocCommand, page_folders):
     pages = pages_to_run(os.environ[RUN_ENV])
     if pages is not None and cmd.page not in pages:
         pytest.skip(f"{cmd.page} is not in {RUN_ENV}={os.environ[RUN_ENV]}")
-    folder = page_folder(cmd.page, page_folders, tmp_path_factory)
-    script = existing_checkpoints(with_setup(cmd, folder), folder)
+    folder = page_folder(cmd.page, page_folders)
+    script = existing_checkpoints(with_setup(cmd), folder)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-    out = subprocess.run(["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=1200)
+    try:
+        out = subprocess.run(["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=1200)
+    finally:
+        if cmd == LAST_OF_PAGE[cmd.page]:  # its checkpoints and models: gigabytes a page (22 GB for every page)
+            shutil.rmtree(folder.parent, ignore_errors=True)
     tail = (out.stdout + out.stderr)[-3000:]
     assert out.returncode == cmd.expect_exit, f"{cmd.id}: exit {out.returncode}, the page expects " \
         f"{cmd.expect_exit}\n$ {script}\n{tail}"
