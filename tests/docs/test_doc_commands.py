@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reasoning_rl.policy.loading import TinyModelConfig, build_tiny_model
+from reasoning_rl.policy.loading import build_tiny_model
+from reasoning_rl.settings.model import TinyModelConfig
 from tests.conftest import SHARED_DATA
 from tests.docs.conftest import CONSOLE_SCRIPTS, REPO, SKIP_REASONS, DocCommand, collect_doc_commands
 from tests.reasoning_rl.conftest import TINY_OVERRIDES
