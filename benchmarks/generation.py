@@ -66,21 +66,17 @@ def load_tokenizer(model: str) -> Any:
 
 def resolve_model(model: str) -> str:
     """``model=<preset>`` of evaluation: the name of a ``conf/model/`` file (``smollm2-135m``) means that
-    preset's model, as ``reasoning-rl-train model=<preset>`` loads it: a packaged GGUF model's converted
-    folder (converted once, reasoning_rl.policy.gguf_cache), else its ``name_or_path``. Anything else (a
-    folder, a hub name) is returned as it is."""
-    from reasoning_rl.policy.gguf_cache import converted_folder
-    from reasoning_rl.settings.model import GGUFSourceConfig
+    preset's model, as ``reasoning-rl-train model=<preset>`` loads it
+    (:func:`reasoning_rl.policy.loading.pretrained_source`: a packaged GGUF model's converted folder, else
+    its ``name_or_path``). Anything else (a folder, a hub name) is returned as it is."""
+    from reasoning_rl.policy.loading import model_config_from, pretrained_source
 
     preset = resources.files("reasoning_rl.conf") / "model" / f"{model}.yaml"
     if "/" in model or not preset.is_file():
         return model
     data = yaml.safe_load(preset.read_text()) or {}
     settings = data["model"] if isinstance(data.get("model"), dict) else data  # a _global_ file or the group's
-    gguf = settings.get("gguf") or {}
-    if gguf.get("package"):
-        return str(converted_folder(settings["name_or_path"], GGUFSourceConfig(**gguf)))
-    return str(settings.get("name_or_path", model))
+    return pretrained_source(model_config_from(settings))
 
 
 def resolve_backend(backend: str, device: str = "auto") -> str:

@@ -102,15 +102,20 @@ def build_tiny_model(cfg: TinyModelConfig | None = None, tokenizer: Any | None =
     return model, tokenizer
 
 
+def pretrained_source(cfg: ModelConfig) -> str:
+    """The folder or hub name a pretrained model's weights load from: a packaged GGUF model's converted
+    folder (converted on first use, reasoning_rl.policy.gguf_cache), else ``cfg.name_or_path``."""
+    return str(converted_folder(cfg.name_or_path, cfg.gguf)) if cfg.gguf.package else cfg.name_or_path
+
+
 def load_model(cfg: ModelConfig) -> tuple[Any, Any]:
     """The policy and its tokenizer, on ``cfg.device`` in ``cfg.dtype``."""
     if cfg.name_or_path == TINY:
         model, tokenizer = build_tiny_model(cfg.tiny)
         model.to(device=resolve_device(cfg.device), dtype=resolve_dtype(cfg.dtype))
     else:
-        name = str(converted_folder(cfg.name_or_path, cfg.gguf)) if cfg.gguf.package else cfg.name_or_path
         model, tokenizer = load_pretrained(
-            name, device=cfg.device, dtype=cfg.dtype,
+            pretrained_source(cfg), device=cfg.device, dtype=cfg.dtype,
             trust_remote_code=cfg.trust_remote_code, attn_implementation=cfg.attn_implementation,
         )
     apply_memory_settings(model, cfg)
