@@ -59,9 +59,9 @@ def dispatch(config: EvalConfig) -> list[dict]:
     from benchmarks.suite_run import run_suite
 
     # model=smollm2-135m (a conf/model/ preset) means its model, as in training.
-    if config.model_name_or_path:
-        config = dataclasses.replace(config, model_name_or_path=resolve_model(config.model_name_or_path))
-    config = dataclasses.replace(config, compare=[resolve_model(m) for m in config.compare])
+    model = config.model_name_or_path
+    config = dataclasses.replace(config, model_name_or_path=resolve_model(model) if model else model,
+                                 compare=[resolve_model(m) for m in config.compare])
     return run_suite(config) if config.suite else run(config)
 
 
