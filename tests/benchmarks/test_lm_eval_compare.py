@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,42 @@ def test_without_lm_eval_the_bench_stops_first_with_the_install(tmp_path, monkey
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("reasoning-rl-bench: --compare lm-eval needs lm-evaluation-harness") and ".[bench]" in err[-1]
     assert not list(tmp_path.iterdir())
+
+
+def test_several_backends_are_timed_beside_one_lm_eval_run(tmp_path, monkeypatch) -> None:
+    """The orchestration only (each command's outputs written by hand): one lm-eval run, our side once per
+    backend, the vllm side under ``--vllm-python``, each backend's speed-up against the one lm-eval wall time."""
+    from benchmarks.perf import lm_eval_compare as bench
+
+    text = " 2 + 2 = 4.\n#### 4"
+    calls: list[list[str]] = []
+
+    def fake_timed(cmd, log, loads, extra_env):
+        calls.append(cmd)
+        loads += [(0.5, 0.5, 0.5), (0.7, 0.7, 0.7)]
+        if "lm_eval" in cmd:
+            out = Path(cmd[cmd.index("--output_path") + 1]) / "model"
+            out.mkdir(parents=True)
+            (out / "samples_gsm8k_local_1.jsonl").write_text("".join(
+                json.dumps(_rec(0, text, "4", 1.0, name)) + "\n" for name in ("strict-match", "flexible-extract")))
+            return 20.0
+        folder = Path(next(a for a in cmd if a.startswith("output_dir=")).split("=", 1)[1]) / "m" / "gsm8k_lm_eval"
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text(json.dumps(
+            {"problems": [{"task_id": "gsm8k_lm_eval/0", "reference": "4", "correct": [True]}]}))
+        (folder / "problems.jsonl").write_text(json.dumps({"task_id": "gsm8k_lm_eval/0", "completions": [text]}) + "\n")
+        return {"backend=native": 10.0, "backend=vllm": 5.0}[next(a for a in cmd if a.startswith("backend="))]
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setattr(bench, "_timed", fake_timed)
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name, *a: object())
+    result = bench.run(["--model", str(model), "--limit", "1", "--backend", "native", "vllm",
+                        "--vllm-python", "/venv/bin/python", "--out", str(tmp_path / "out")])
+    assert sum("lm_eval" in c for c in calls) == 1 and calls[-1][2] == "lm_eval"
+    assert calls[1][0] == "/venv/bin/python" and calls[0][0] != "/venv/bin/python"
+    assert result.figures["speedup"] == {"native": 2.0, "vllm": 4.0}
+    assert result.figures["identical_completions"] == {"native": 1, "vllm": 1}
+    report = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert set(report["ours"]) == {"native", "vllm"} and report["wall_s"]["lm_eval"] == 20.0
