@@ -125,6 +125,23 @@ def compare(ours: dict[str, Any], ours_completions: list[str], theirs: dict[str,
     return report
 
 
+def print_report(report: dict[str, Any], where: Path) -> None:
+    """The side by side as the bench prints it: each accuracy, then agreement, then wall times."""
+    backends, reports, walls, loads = report["backends"], report["ours"], report["wall_s"], report["load_average"]
+    rows = [(f"ours, backend={b}", reports[b]["accuracy"][OURS]) for b in backends]
+    rows += [(name, acc) for name, acc in reports[backends[0]]["accuracy"].items() if name != OURS]
+    for label, acc in rows:
+        print(f"{label:<42} {100 * acc['value']:5.1f}% [{100 * acc['low']:.1f}, {100 * acc['high']:.1f}]")
+    for backend in backends:
+        print(f"backend={backend}: identical completions {reports[backend]['identical_completions']}/"
+              f"{reports[backend]['problems']}; grader disagreements on lm-eval's completions: "
+              f"{len(reports[backend]['disagreements'])} (listed in {where})")
+    for name in [*backends, "lm_eval"]:
+        speed = f" ({reports[name]['speedup']:.2f}x lm-eval's speed)" if name in reports else ""
+        print(f"wall {'ours, backend=' + name if name != 'lm_eval' else 'lm-eval':<22} {walls[name]:7.0f} s{speed}; "
+              f"load average before/after {loads[name]['before'][0]:.1f}/{loads[name]['after'][0]:.1f}")
+
+
 def run(argv: list[str]) -> BenchResult:
     parser = argparse.ArgumentParser(prog="reasoning-rl-bench eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--compare", choices=["lm-eval"], default="lm-eval")
@@ -152,6 +169,7 @@ def run(argv: list[str]) -> BenchResult:
     out = Path(args.out).resolve()
     (out / "lm_eval_task").mkdir(parents=True, exist_ok=True)
     (out / "lm_eval_task" / "gsm8k_local.yaml").write_text(yaml.safe_dump(lm_eval_task(data_dir), sort_keys=False))
+
     def ours_cmd(backend: str) -> list[str]:
         python = args.vllm_python if backend == "vllm" else sys.executable
         return [python, "-m", "benchmarks.cli", "benchmark=gsm8k_lm_eval", f"model={model}", "num_fewshot=5",
@@ -181,18 +199,7 @@ def run(argv: list[str]) -> BenchResult:
     report = {"ours": reports, "wall_s": walls, "load_average": loads, "model": str(model), "limit": args.limit,
               "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size, "backends": backends}
     write_json(out / "compare.json", report)
-    rows = [(f"ours, backend={b}", reports[b]["accuracy"][OURS]) for b in backends]
-    rows += [(name, acc) for name, acc in reports[backends[0]]["accuracy"].items() if name != OURS]
-    for label, acc in rows:
-        print(f"{label:<42} {100 * acc['value']:5.1f}% [{100 * acc['low']:.1f}, {100 * acc['high']:.1f}]")
-    for backend in backends:
-        print(f"backend={backend}: identical completions {reports[backend]['identical_completions']}/"
-              f"{reports[backend]['problems']}; grader disagreements on lm-eval's completions: "
-              f"{len(reports[backend]['disagreements'])} (listed in {out / 'compare.json'})")
-    for name in [*backends, "lm_eval"]:
-        speed = f" ({reports[name]['speedup']:.2f}x lm-eval's speed)" if name in reports else ""
-        print(f"wall {'ours, backend=' + name if name != 'lm_eval' else 'lm-eval':<22} {walls[name]:7.0f} s{speed}; "
-              f"load average before/after {loads[name]['before'][0]:.1f}/{loads[name]['after'][0]:.1f}")
+    print_report(report, out / "compare.json")
     return BenchResult(0, vars(args), {"wall_s": walls, "speedup": {b: reports[b]["speedup"] for b in backends},
                                        "accuracy": {b: {k: v["value"] for k, v in reports[b]["accuracy"].items()}
                                                     for b in backends},
