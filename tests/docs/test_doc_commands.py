@@ -215,15 +215,29 @@ def test_placeholders_are_ones_the_test_fills(cmd: DocCommand):
         f"(a folder an earlier command on the page writes) or mark it '# doc-test: skip <reason>: <why>'")
 
 
-def pages_to_run(setting: str) -> set[str] | None:
-    """``REASONING_RL_DOC_COMMANDS``: ``1`` (every page, None) or a comma-separated list of pages
-    (``README.md,docs/lora.md``): CI runs the README's commands; the whole set takes over an hour on 2 cores."""
-    return None if setting.strip() in ("1", "all") else {p.strip() for p in setting.split(",") if p.strip()}
+def runs_page(setting: str, page: str) -> bool:
+    """``REASONING_RL_DOC_COMMANDS``: ``1`` or ``all`` (every page), a comma-separated list of pages
+    (``README.md,docs/lora.md``), or ``all`` then pages to leave out (``all,-docs/tools.md``: what CI runs,
+    .ci/run). The whole set takes over an hour on 2 cores."""
+    items = [item.strip() for item in setting.split(",") if item.strip()]
+    if items and items[0] in ("1", "all"):
+        return page not in {item[1:] for item in items[1:] if item.startswith("-")}
+    return page in items
 
 
-def test_pages_to_run_reads_all_or_a_list():
-    assert pages_to_run("1") is None and pages_to_run("all") is None
-    assert pages_to_run("README.md, docs/lora.md") == {"README.md", "docs/lora.md"}
+def test_runs_page_reads_all_a_list_or_all_but():
+    assert runs_page("1", "docs/lora.md") and runs_page("all", "README.md")
+    assert runs_page("README.md, docs/lora.md", "docs/lora.md") and not runs_page("README.md", "docs/lora.md")
+    assert runs_page("all,-docs/tools.md", "README.md") and not runs_page("all, -docs/tools.md", "docs/tools.md")
+
+
+def test_the_pages_ci_leaves_out_exist():
+    """A page .ci/run names to leave out is a documented page (a renamed page would otherwise run in CI
+    unnoticed, or a typo leave one out)."""
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+    [setting] = re.findall(r"^REASONING_RL_DOC_COMMANDS=(\S+) python", ci, flags=re.M)
+    left_out = [item[1:] for item in setting.split(",") if item.startswith("-")]
+    assert left_out and set(left_out) <= {c.page for c in COMMANDS}
 
 
 @pytest.mark.doc_commands
@@ -231,8 +245,7 @@ def test_pages_to_run_reads_all_or_a_list():
 @pytest.mark.skipif(SHARED_DATA is None, reason="../shared/data not found")
 @pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.skip is None], ids=lambda c: c.id)
 def test_doc_command_runs(cmd: DocCommand, page_folders):
-    pages = pages_to_run(os.environ[RUN_ENV])
-    if pages is not None and cmd.page not in pages:
+    if not runs_page(os.environ[RUN_ENV], cmd.page):
         pytest.skip(f"{cmd.page} is not in {RUN_ENV}={os.environ[RUN_ENV]}")
     folder = page_folder(cmd.page, page_folders)
     script = existing_checkpoints(with_setup(cmd), folder)
