@@ -7,8 +7,8 @@ files a reader is asked to bring (``user_files``). One set of shortening argumen
 later value wins over the page's: few steps, small limits, no warm start, the tiny model's size. The loop
 variables of a reproduction script (``for s in 0 1 2; do``) take their first value.
 
-Every page's commands take over an hour on 2 cores, so the main suite skips them: ``.ci/run`` runs the README's
-as its own step (``REASONING_RL_DOC_COMMANDS=README.md``), and every page runs with
+Every page's commands take over an hour on 2 cores, so the main suite skips them: ``.ci/run`` runs every page but
+the six heaviest as its own step (``REASONING_RL_DOC_COMMANDS=all,-docs/tools.md,...``), and every page runs with
 ``REASONING_RL_DOC_COMMANDS=all python -m pytest tests/docs -m doc_commands`` (docs/testing.md). The checks that
 need no run (markers, placeholders) are in the main suite.
 """
