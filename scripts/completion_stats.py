@@ -7,7 +7,8 @@ For every ``<benchmark>/results.json`` under the folder (with its ``problems.jso
 row: samples, accuracy, the share with no extractable answer (the verifier found none), the share that
 reached ``--max-new-tokens`` (truncated), and the mean and median completion length in tokens. Lengths are
 the cached completion texts tokenized again (the cache keeps texts, not token ids), so a count can differ
-from the generated one by a token where decoding and encoding do not round-trip. Reads the result files only; generates and scores nothing.
+from the generated one by a token where decoding and encoding do not round-trip. Reads the result
+files only; generates and scores nothing.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ import json
 import statistics
 from pathlib import Path
 
+from benchmarks.io import read_jsonl
+
 
 def rows(folder: Path, tokenizer, max_new_tokens: int) -> list[dict]:
     out = []
     for result_file in sorted(folder.glob("*/results.json")):
         result = json.loads(result_file.read_text())
         ids = {p["task_id"] for p in result["problems"]}
-        completions = [c for line in (result_file.parent / "problems.jsonl").read_text().splitlines() if line
-                       for rec in [json.loads(line)] if rec["task_id"] in ids for c in rec["completions"]]
+        completions = [c for rec in read_jsonl(result_file.parent / "problems.jsonl") if rec["task_id"] in ids
+                       for c in rec["completions"]]
         lengths = [len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions]
         answers = [a for p in result["problems"] for a in p["answers"]]
         correct = [c for p in result["problems"] for c in p["correct"]]
