@@ -66,7 +66,7 @@ def test_several_backends_are_timed_beside_one_lm_eval_run(tmp_path, monkeypatch
     text = " 2 + 2 = 4.\n#### 4"
     calls: list[list[str]] = []
 
-    def fake_timed(cmd, log, loads, extra_env):
+    def fake_timed(cmd, log, loads):
         calls.append(cmd)
         loads += [(0.5, 0.5, 0.5), (0.7, 0.7, 0.7)]
         if "lm_eval" in cmd:
