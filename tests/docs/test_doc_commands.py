@@ -215,14 +215,22 @@ def test_placeholders_are_ones_the_test_fills(cmd: DocCommand):
         f"(a folder an earlier command on the page writes) or mark it '# doc-test: skip <reason>: <why>'")
 
 
+def pages_left_out(setting: str) -> set[str] | None:
+    """The pages ``all,-<page>,...`` leaves out (empty for ``all`` or ``1``); None for a list of pages."""
+    items = [item.strip() for item in setting.split(",") if item.strip()]
+    if not items or items[0] not in ("1", "all"):
+        return None
+    return {item[1:] for item in items[1:] if item.startswith("-")}
+
+
 def runs_page(setting: str, page: str) -> bool:
     """``REASONING_RL_DOC_COMMANDS``: ``1`` or ``all`` (every page), a comma-separated list of pages
     (``README.md,docs/lora.md``), or ``all`` then pages to leave out (``all,-docs/tools.md``: what CI runs,
     .ci/run). The whole set takes over an hour on 2 cores."""
-    items = [item.strip() for item in setting.split(",") if item.strip()]
-    if items and items[0] in ("1", "all"):
-        return page not in {item[1:] for item in items[1:] if item.startswith("-")}
-    return page in items
+    left_out = pages_left_out(setting)
+    if left_out is None:
+        return page in {item.strip() for item in setting.split(",")}
+    return page not in left_out
 
 
 def test_runs_page_reads_all_a_list_or_all_but():
@@ -234,10 +242,9 @@ def test_runs_page_reads_all_a_list_or_all_but():
 def test_the_pages_ci_leaves_out_exist():
     """A page .ci/run names to leave out is a documented page (a renamed page would otherwise run in CI
     unnoticed, or a typo leave one out)."""
-    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
-    [setting] = re.findall(r"^REASONING_RL_DOC_COMMANDS=(\S+) python", ci, flags=re.M)
-    left_out = [item[1:] for item in setting.split(",") if item.startswith("-")]
-    assert left_out and set(left_out) <= {c.page for c in COMMANDS}
+    [setting] = re.findall(r"^REASONING_RL_DOC_COMMANDS=(\S+) python", (REPO / ".ci" / "run").read_text(), flags=re.M)
+    left_out = pages_left_out(setting)
+    assert left_out and left_out <= {c.page for c in COMMANDS}
 
 
 @pytest.mark.doc_commands
