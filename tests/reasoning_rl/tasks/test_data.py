@@ -202,3 +202,22 @@ def test_gsm8k_fit_validation_and_test_share_no_problem(shared_data_dir: Path) -
     assert not fit & validation and not (fit | validation) & test
     assert fit | validation == set(prompts["train"])
     assert (len(prompts["fit"]), len(prompts["validation"])) == (7104, 369)  # the counts the definition states
+
+
+def test_mawps_direct_fit_validation_and_heldout_partition_mawps(shared_data_dir: Path) -> None:
+    """The real-model recipe trains on `fit`, chooses on `validation` and reports `heldout` (docs/real_model.md)."""
+    spec = get_definition("mawps_direct")
+    prompts = {s: [p.prompt for p in load_problems(spec, s, data_dir=shared_data_dir)[0]]
+               for s in ("test", "fit", "validation", "heldout")}
+    fit, validation, heldout = (set(prompts[s]) for s in ("fit", "validation", "heldout"))
+    assert not fit & validation and not (fit | validation) & heldout
+    assert fit | validation | heldout == set(prompts["test"])
+    assert [len(prompts[s]) for s in ("fit", "validation", "heldout")] == [798, 221, 1046]  # as the definition states
+
+    def normal(prompt: str) -> str:
+        return " ".join(prompt.lower().split())
+
+    # MAWPS repeats a few problems with other capitals or spacing: one heldout problem is a fit problem so
+    # written, which docs/real_model.md states; none is a validation problem.
+    assert len({normal(p) for p in fit} & {normal(p) for p in heldout}) == 1
+    assert not {normal(p) for p in validation} & {normal(p) for p in heldout}

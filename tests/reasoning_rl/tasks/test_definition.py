@@ -20,7 +20,7 @@ from reasoning_rl.tasks.definition import (
 
 def test_every_shipped_benchmark_is_listed() -> None:
     assert list_definitions() == ["aime24", "arithmetic", "arithmetic_wide", "code_synthetic", "code_synthetic_feedback",
-                                 "gsm8k", "gsm8k_tool", "humaneval", "math", "math500", "mbpp", "mbpp_feedback",
+                                 "gsm8k", "gsm8k_tool", "humaneval", "math", "math500", "mawps_direct", "mbpp", "mbpp_feedback",
                                  "mbpp_sanitized", "multiply",
                                  "multiply_tool", "stdio_code"]
 
