@@ -58,7 +58,7 @@ def table(base: Path, seeds: list[Path], level: float = 0.95) -> str:
     mean, low, high = t_interval(changes, level)
     lines.append(f"| mean of {len(seeds)} seeds | {before + mean:.2f}% | **{mean:+.2f}** "
                  f"[{low:+.2f}, {high:+.2f}] |")
-    return "\n".join(lines) + f"\n({name}, {problems} problems; change in points, {level:.0%} t interval)"
+    return "\n".join(lines) + f"\n\n({name}, {problems} problems; change in points, {level:.0%} t interval)"
 
 
 def main(argv: list[str] | None = None) -> int:
