@@ -48,7 +48,7 @@ def _message(out: subprocess.CompletedProcess) -> list[str]:
     (["algo.group_size=abc"], ["bad value for algo.group_size: Value 'abc' of type 'str' could not be converted "
                                "to Integer"]),
     (["task=gsm9k"], ["unknown task option task=gsm9k (did you mean gsm8k?); choose one of: arithmetic, "
-                      "code_synthetic, code_synthetic_feedback, gsm8k, gsm8k_tool, math, math500, mbpp, mbpp_feedback, "
+                      "code_synthetic, code_synthetic_feedback, gsm8k, gsm8k_tool, math, math500, mawps_direct, mbpp, mbpp_feedback, "
                       "multiply, multiply_tool, stdio_code"]),
     (["algo.kl.beta=["], ["cannot parse the override 'algo.kl.beta=[': "]),
     (["trainer.save_every=-5", "trainer.keep_checkpoints=-1"],
