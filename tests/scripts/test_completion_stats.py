@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "completion_stats.py"
+from tests.conftest import load_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("completion_stats", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+completion_stats = load_script("completion_stats")
 
 
 def test_rows_count_answers_truncation_and_lengths(tmp_path: Path) -> None:
@@ -30,6 +24,6 @@ def test_rows_count_answers_truncation_and_lengths(tmp_path: Path) -> None:
     def tokenizer(text, add_special_tokens=False):
         return {"input_ids": text.split()}
 
-    [row] = _load().rows(tmp_path / "model", tokenizer, max_new_tokens=6)
+    [row] = completion_stats.rows(tmp_path / "model", tokenizer, max_new_tokens=6)
     assert row == {"benchmark": "svamp", "problems": 2, "samples": 4, "accuracy": 0.25, "no_answer": 0.25,
                    "truncated": 0.5, "mean_tokens": 4.0, "median_tokens": 4.5}
