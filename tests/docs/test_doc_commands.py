@@ -306,3 +306,23 @@ def test_config_choices_named_by_a_command_exist(cmd: DocCommand):
             known = sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml"))
             assert choice in known or "/" in choice or "$" in choice, (
                 f"{cmd.id}: {group}={choice} is not in conf/{group}/ ({', '.join(known)})")
+
+
+OUTPUT_DIR = re.compile(r"(?<![\w.])(?:trainer\.output_dir|output_dir)=([^\s;|&]+)")
+
+
+def test_no_run_command_reads_what_only_a_skipped_command_writes():
+    """A runnable command that reads a run folder (``runs/x/checkpoint-60``, ``run_dir=runs/x``) finds it:
+    an earlier runnable command on its page writes it. When only a skipped command writes it, the test would
+    run the reader against a folder that is not there (the skip marker belongs on the reader too)."""
+    wrong = []
+    for page in {c.page for c in COMMANDS}:
+        runnable = [c for c in COMMANDS if c.page == page and c.skip is None]
+        written_by_skipped = {m for c in COMMANDS if c.page == page and c.skip is not None
+                              for m in OUTPUT_DIR.findall(c.text)}
+        written = {m for c in runnable for m in OUTPUT_DIR.findall(c.text)}
+        for c in runnable:
+            body = OUTPUT_DIR.sub("", c.text)
+            wrong += [f"{c.id} reads {d}" for d in written_by_skipped - written
+                      if re.search(rf"(?<![\w./]){re.escape(d)}(?=/|\s|$)", body)]
+    assert not wrong, f"these commands read a folder only a skipped command writes; mark them skipped too: {wrong}"
