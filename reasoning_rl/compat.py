@@ -69,6 +69,12 @@ RULES: tuple[Rule, ...] = (
                    "different numbers of groups, hence run different numbers of forward/backward passes, and "
                    "FSDP's collectives would wait forever; set algo.dynamic_sampling.enabled=false",
          "ranks would run different numbers of passes"),
+    Rule("trainer.fsdp=true", "algo.skip_zero_advantage_groups=true",
+         lambda c, n: _fsdp(c) and c.algo.capabilities.fsdp and c.algo.varies_passes(),
+         lambda c: "trainer.fsdp=true with algo.skip_zero_advantage_groups=true is not supported: ranks may leave "
+                   "out different numbers of groups, hence run different numbers of forward/backward passes, and "
+                   "FSDP's collectives would wait forever; set algo.skip_zero_advantage_groups=false",
+         "ranks would run different numbers of passes"),
     Rule("trainer.fsdp=true", "algo.kl.ref_reset_every > 0",
          lambda c, n: _fsdp(c) and c.algo.capabilities.fsdp and c.algo.reference_changes(),
          lambda c: "trainer.fsdp=true with algo.kl.ref_reset_every > 0 is not supported (resetting and saving a "

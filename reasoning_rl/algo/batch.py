@@ -82,6 +82,10 @@ class TrainingRows:
     def __len__(self) -> int:
         return len(self.completions)
 
+    def subset(self, rows: Sequence[int]) -> TrainingRows:
+        """The rows ``rows`` (indices into this batch), in that order."""
+        return TrainingRows([self.prompts[i] for i in rows], [self.completions[i] for i in rows])
+
     def lengths(self) -> list[int]:
         """Completion tokens of each row the loss trains on (observation tokens left out), what the
         loss's denominators count."""
@@ -93,6 +97,20 @@ def training_rows(groups: ScoredGroups, eos_token_id: int) -> TrainingRows:
     return TrainingRows([list(c.prompt_token_ids) for c in groups.completions],
                         [trained_tokens(c.token_ids, eos_token_id, getattr(c, "loss_mask", None))
                          for c in groups.completions])
+
+
+def rows_with_gradient(advantages: torch.Tensor, group_size: int) -> list[int]:
+    """The rows of the groups whose advantages are not all exactly 0, in batch order (``advantages``: [B*G]).
+
+    Every policy objective here is the advantage times a function of the ratio (clip, CISPO, GMPO; an
+    off-policy correction or an entropy control that only masks tokens multiplies it), so with no other
+    term in the loss (algo.kl.beta = 0, no KL-Cov penalty) a row with A_i = 0 has loss 0 and gradient
+    exactly 0: its forward and backward passes add nothing to the step's gradient. A group whose G rewards
+    are equal has A_i = 0 for every i under the group-relative estimators (GRPO, Dr. GRPO, RLOO), and on a
+    sparse reward most groups are such (docs/real_model.md: ~80%). Whole groups are kept or left out, so
+    the rows that share a prompt stay together for the shared-prompt forward."""
+    keep = (advantages.reshape(-1, group_size) != 0).any(dim=1)  # [B]; NaN != 0: kept
+    return [g * group_size + j for g in keep.nonzero().flatten().tolist() for j in range(group_size)]
 
 
 def sampled_support(sampling: Any) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from reasoning_rl.algo.batch import (
     ReferenceJob,
     micro_batching,
     reference_rows,
+    rows_with_gradient,
     sample_step,
     sampled_support,
     step_seed,
@@ -49,7 +50,7 @@ from reasoning_rl.algo.groups import (
 from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.algo.losses import grpo_loss
 from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics
-from reasoning_rl.algo.optim import build_optimizer, step_optimizer
+from reasoning_rl.algo.optim import build_optimizer, fill_missing_gradients, step_optimizer
 from reasoning_rl.algo.reference import frozen_reference, reset_reference
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
@@ -193,8 +194,15 @@ class GRPO(Algorithm):
         model, pad, temperature = ctx.model, ctx.tokenizer.pad_token_id, ctx.sampling.temperature
         support = sampled_support(ctx.sampling)
         rows = training_rows(ro, ctx.tokenizer.eos_token_id)
+        # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses): every row
+        # counts in them, the ones left out below included.
+        norm = LossNormalizer.for_batch(rows.lengths(), max_tokens=ctx.sampling.max_new_tokens)
+        completions, advantages, total_rows = ro.completions, ro.advantages, len(rows)
+        if a.skip_zero_advantage_groups:  # rows whose gradient is exactly 0 need no forward or backward pass
+            keep = rows_with_gradient(ro.advantages, a.group_size)
+            rows, completions, advantages = rows.subset(keep), [completions[i] for i in keep], advantages[keep]
         prompts, comps = rows.prompts, rows.completions
-        behaviour = behaviour_rows(ro.completions, comps)  # the sampler's log-probs (None: not reported)
+        behaviour = behaviour_rows(completions, comps)  # the sampler's log-probs (None: not reported)
         mismatch = MismatchStats()
         n = len(comps)
         mb, group = self._micro_batch()
@@ -206,14 +214,12 @@ class GRPO(Algorithm):
         else:
             old = None  # mu == 1: pi_old == pi_theta, the ratio is exactly 1 (detached copy below)
         # pi_ref's log-probs: the asynchronous generator's when it computed them (the same rows and micro-batches).
-        ref = reference_rows(ro.completions, comps) if self.ref_model is not None else None
+        ref = reference_rows(completions, comps) if self.ref_model is not None else None
         if ref is None and self.ref_model is not None:
             with self.precision.autocast():
                 ref = frozen_logprobs(self.ref_model, prompts, comps, pad, temperature, mb, group, **support)
         set_training(model, True)
         seconds = {"logprobs": time.perf_counter() - t_start, "policy": 0.0, "optimizer": 0.0}
-        # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses).
-        norm = LossNormalizer.for_batch(rows.lengths(), max_tokens=ctx.sampling.max_new_tokens)
         totals = {k: 0.0 for k in ("loss", "policy", "grad_norm")}
         # Token means over the mu updates, the micro-batches and the ranks (summed, divided once).
         token_keys = ("kl/mean", "clip/low_fraction", "clip/high_fraction", "ratio/mean")
@@ -237,7 +243,7 @@ class GRPO(Algorithm):
                 old_logp = logp.detach() if old is None else pad_rows(old[s:e], mask.shape[1]).to(ctx.device)
                 ref_logp = None if ref is None else pad_rows(ref[s:e], mask.shape[1]).to(ctx.device)
                 mu_logp = None if behaviour is None else pad_rows(behaviour[s:e], mask.shape[1]).to(ctx.device)
-                out = grpo_loss(logp, old_logp, ref_logp, ro.advantages[s:e].to(ctx.device), mask, loss_groups,
+                out = grpo_loss(logp, old_logp, ref_logp, advantages[s:e].to(ctx.device), mask, loss_groups,
                                 normalizer=norm, entropy=entropy, behaviour_logp=mu_logp)
                 if mu_logp is not None and epoch == 0:  # the batch's mismatch, counted once
                     mismatch.add(old_logp, mu_logp, mask, out.correction)
@@ -253,20 +259,25 @@ class GRPO(Algorithm):
                 deciles = position_deciles(mask)  # [b, L]
                 for d, key in enumerate(DECILE_KEYS):
                     stats.add(key, entropy, mask.bool() & (deciles == d))
-                adv = ro.advantages[s:e].to(ctx.device).unsqueeze(-1).expand_as(logp)  # [b, L]
+                adv = advantages[s:e].to(ctx.device).unsqueeze(-1).expand_as(logp)  # [b, L]
                 cov.add("logp", logp, mask)
                 cov.add("adv", adv, mask)
                 cov.add("logp_adv", logp.detach() * adv, mask)
             t_optimizer = time.perf_counter()
+            if a.skip_zero_advantage_groups:
+                fill_missing_gradients(params)  # a step whose rows were all left out steps on a zero gradient
             totals["grad_norm"] += step_optimizer(self.optimizer, params, a.max_grad_norm, self.precision)
             self.scheduler.step()
             seconds["policy"] += t_optimizer - t_policy
             seconds["optimizer"] += time.perf_counter() - t_optimizer
         mu = a.num_iterations  # every metric is the mean over the mu updates
-        c = cov.means()  # a collective when data-parallel, like stats.means()
+        # Token statistics over the rows the update ran (with skip_zero_advantage_groups, none on a step
+        # whose groups all left out); the losses are the whole batch's (a row left out adds exactly 0).
+        c = cov.means(seen_only=True)  # a collective when data-parallel, like stats.means()
         return {
-            "loss/total": totals["loss"] / mu, "loss/policy": totals["policy"] / mu, **stats.means(),
-            "cov/logp_advantage": c["logp_adv"] - c["logp"] * c["adv"],
+            "loss/total": totals["loss"] / mu, "loss/policy": totals["policy"] / mu, **stats.means(seen_only=True),
+            **({"cov/logp_advantage": c["logp_adv"] - c["logp"] * c["adv"]} if c else {}),
+            **({"update/rows_left_out": float(total_rows - n)} if a.skip_zero_advantage_groups else {}),
             "grad/norm": totals["grad_norm"] / mu, "lr": self.scheduler.get_last_lr()[0],
             "time/frozen_logprobs": seconds["logprobs"], "time/policy": seconds["policy"],
             "time/optimizer": seconds["optimizer"], **self.precision.metrics(), **mismatch.metrics(),

@@ -72,8 +72,18 @@ class GRPOConfig(ClippedPolicyConfig):
     reasoning_rl.policy.logprobs; with micro-batches that cut groups, once per gcd(micro_batch_size, G)
     rows, docs/grpo.md). false = every row runs prompt + completion in full."""
 
+    skip_zero_advantage_groups: bool = False
+    """Leave the groups whose advantages are all 0 out of the update's forward and backward passes: exact
+    (the same gradient; reasoning_rl.algo.batch.rows_with_gradient) when the loss has no term besides the
+    advantage-weighted one, so it needs algo.kl.beta=0 and no KL-Cov. The loss's denominators still count
+    every row; the token statistics (entropy, ratio, clip fractions) are then over the rows trained."""
+
     def problems(self) -> list[str]:
         out = super().problems()
+        if self.skip_zero_advantage_groups and (self.kl.beta != 0 or self.entropy_control.name == "kl_cov"):
+            out.append("algo.skip_zero_advantage_groups=true leaves out rows whose gradient is 0 only when the loss "
+                       "has no term besides the advantage: set algo.kl.beta=0 and an algo.entropy_control.name "
+                       "other than kl_cov, or algo.skip_zero_advantage_groups=false")
         if self.group_size < 2:
             out.append(f"algo.group_size must be >= 2 (group statistics need 2 samples), got {self.group_size}")
         out += self.advantage.problems(self.group_size)
@@ -89,6 +99,9 @@ class GRPOConfig(ClippedPolicyConfig):
 
     def resamples(self) -> bool:
         return self.dynamic_sampling.enabled
+
+    def varies_passes(self) -> bool:
+        return self.skip_zero_advantage_groups
 
     def shares_prompt_forward(self) -> bool:
         return self.shared_prompt_forward

@@ -51,12 +51,13 @@ class TokenStats:
         self.sums[name] += float(mean) * float(count)
         self.counts[name] += float(count)
 
-    def means(self) -> dict[str, float]:
-        """Each statistic's global token mean (over every rank); NaN for one that saw no token.
-        A collective when data-parallel: one all-reduce of every sum and count."""
+    def means(self, seen_only: bool = False) -> dict[str, float]:
+        """Each statistic's global token mean (over every rank); NaN for one that saw no token, or, with
+        ``seen_only``, no entry for it. A collective when data-parallel: one all-reduce of every sum and count."""
         reduced = distributed.sum_floats([*self.sums.values(), *self.counts.values()])
         sums, counts = reduced[: len(self.names)], reduced[len(self.names):]
-        return {name: s / c if c > 0 else math.nan for name, s, c in zip(self.names, sums, counts)}
+        return {name: s / c if c > 0 else math.nan for name, s, c in zip(self.names, sums, counts)
+                if c > 0 or not seen_only}
 
     def _check(self, name: str) -> None:
         if name not in self.sums:

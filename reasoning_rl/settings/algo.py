@@ -95,6 +95,11 @@ class AlgoConfig:
         """Whether a step may sample extra rounds, decided by what it scored (DAPO's dynamic sampling)."""
         return False
 
+    def varies_passes(self) -> bool:
+        """Whether the update leaves some rows out of its forward/backward passes, decided by what the step
+        scored (GRPO's skip_zero_advantage_groups): ranks may then run different numbers of passes."""
+        return False
+
     def keeps_old_logprobs(self) -> bool:
         """Whether the update holds pi_old's log-probs of the batch (more than one update per batch)."""
         return False

@@ -42,6 +42,8 @@ INJECT = _set(**{"rollout.inject.stale": 1})
 CASES = {  # (first, second) of each rule -> a change of the tiny config that triggers it, and the process count
     ("trainer.fsdp=true", "an algorithm without fsdp"): (_both(FSDP, _algo(PPOConfig())), 1),
     ("trainer.fsdp=true", "algo.dynamic_sampling.enabled=true"): (_both(FSDP, _set(**{"algo.dynamic_sampling.enabled": True})), 1),
+    ("trainer.fsdp=true", "algo.skip_zero_advantage_groups=true"):
+        (_both(FSDP, _set(**{"algo.kl.beta": 0.0, "algo.skip_zero_advantage_groups": True})), 1),
     ("trainer.fsdp=true", "algo.kl.ref_reset_every > 0"): (_both(FSDP, _set(**{"algo.kl.ref_reset_every": 2})), 1),
     ("trainer.fsdp=true", "rollout.backend=vllm"): (_both(FSDP, _set(**{"rollout.backend": "vllm"})), 1),
     ("rollout.inject", "trainer.fsdp=true"): (_both(FSDP, INJECT), 1),

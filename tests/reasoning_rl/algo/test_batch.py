@@ -8,6 +8,7 @@ import torch
 from reasoning_rl.algo import batch as batch_module
 from reasoning_rl.algo.batch import (
     micro_batching,
+    rows_with_gradient,
     sample_step,
     sampled_support,
     step_seed,
@@ -81,3 +82,11 @@ def test_micro_batches_of_any_size_share_prompts_where_they_can(m, g, shared, ro
     for start in range(0, 16, plan.rows):
         for block in range(start, min(16, start + plan.rows), plan.shared_rows):
             assert block // g == (block + plan.shared_rows - 1) // g
+
+
+def test_rows_with_gradient_keeps_whole_groups_with_a_nonzero_advantage():
+    """G = 4: a flat group, a group with one zero advantage among nonzero ones (kept whole, so its rows still
+    share their prompt), and the paper's group."""
+    advantages = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.5, 0.0, -0.5, 0.0, 1.0, -1.0, 1.0, -1.0])
+    assert rows_with_gradient(advantages, 4) == [4, 5, 6, 7, 8, 9, 10, 11]
+    assert rows_with_gradient(torch.zeros(8), 4) == []

@@ -1,4 +1,5 @@
-"""GRPO's update through the run loop: micro-batching never changes the result."""
+"""GRPO's update through the run loop: micro-batching, and leaving out the groups whose gradient is 0,
+never change the result."""
 
 import copy
 
@@ -113,3 +114,83 @@ def test_micro_batches_smaller_than_a_group_equal_the_one_batch_update(small_cfg
     assert caplog.text.count("once per 2 rows") == 1
     assert caplog.text.count("steps aside: algo.micro_batch_size=3 ") == 1
     assert caplog.text.count("steps aside: algo.micro_batch_size=1 ") == 1
+
+
+PAPER_GROUP_AND_A_FLAT_ONE = [1.0, -1.0, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0]
+"""G = 4: the paper's group (rewards [1, 0, 1, 0]) and a group whose 4 rewards are equal."""
+
+
+def _skip(trainer, on):
+    trainer.algorithm.cfg.skip_zero_advantage_groups = on
+    return trainer
+
+
+@pytest.mark.parametrize("aggregation", ["sequence_mean", "token_mean", "constant"])
+def test_leaving_out_zero_advantage_groups_gives_the_same_update(small_cfg, tmp_path, aggregation):
+    """algo.skip_zero_advantage_groups: the flat group's rows carry loss 0 and gradient 0 (beta = 0), so the
+    update without their passes has the same gradient, parameters and loss; the denominators still count
+    all 8 rows (a denominator of the 4 trained rows would double the step)."""
+    small_cfg.algo.kl.beta = 0.0
+    small_cfg.algo.loss_aggregation = aggregation
+    small_cfg.algo.max_grad_norm = 0.0  # clipping would hide a scale error
+    small_cfg.evaluation.enabled = False
+    trainer = Trainer(small_cfg, tmp_path / "run")
+    try:
+        trainer.algorithm.setup(None)
+        ro = trainer.algorithm.rollout(0)
+        ro.advantages = torch.tensor(PAPER_GROUP_AND_A_FLAT_ONE)
+        g_all, p_all, m_all = _update_from_the_same_start(_skip(trainer, False), ro, micro_batch_size=8)
+        g_kept, p_kept, m_kept = _update_from_the_same_start(_skip(trainer, True), ro, micro_batch_size=8)
+    finally:
+        trainer.close()
+    assert any(g.abs().max() > 1e-4 for g in g_all.values())
+    terms = decoder_terms(trainer.model.config, 64, 8)
+    for name in g_all:
+        assert_close_up_to_rounding(g_kept[name], g_all[name], terms=terms, msg=f"grad {name}")
+        assert_close_up_to_rounding(p_kept[name], p_all[name], terms=terms, msg=f"param {name}")
+    for key in ("loss/total", "loss/policy", "grad/norm"):
+        assert_close_up_to_rounding(m_kept[key], m_all[key], terms=terms, msg=key)
+    assert m_kept["update/rows_left_out"] == 4 and "update/rows_left_out" not in m_all
+
+
+def test_a_step_with_every_group_left_out_still_steps_adamw(small_cfg, tmp_path):
+    """A step whose groups are all flat runs no pass at all; AdamW must still step on a zero gradient (its
+    first moment from the step before moves the weights), as it does when the passes run and give exactly 0.
+    Its token statistics are left out of the metrics rather than logged as NaN."""
+    small_cfg.algo.kl.beta = 0.0
+    small_cfg.evaluation.enabled = False
+    trainer = Trainer(small_cfg, tmp_path / "run")
+    algo, model = trainer.algorithm, trainer.model
+    try:
+        algo.setup(None)
+        informative, flat = algo.rollout(0), algo.rollout(1)
+        informative.advantages = torch.tensor(PAPER_GROUP_AND_A_FLAT_ONE)
+        flat.advantages = torch.zeros(len(flat.completions))
+        start = copy.deepcopy(model.state_dict())
+        after = {}
+        for on in (False, True):
+            _skip(trainer, on)
+            algo.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            algo.scheduler = torch.optim.lr_scheduler.LambdaLR(algo.optimizer, lambda _: 1.0)
+            algo.update(informative)
+            moved = {n: p.detach().clone() for n, p in model.named_parameters()}
+            metrics = algo.update(flat)
+            after[on] = {n: p.detach().clone() for n, p in model.named_parameters()}
+            model.load_state_dict(start)
+    finally:
+        trainer.close()
+    assert any(not torch.equal(after[True][n], moved[n]) for n in moved)  # the zero-gradient step moved them
+    terms = decoder_terms(trainer.model.config, 64, 8)
+    for name in after[False]:
+        assert_close_up_to_rounding(after[True][name], after[False][name], terms=terms, msg=f"param {name}")
+    assert metrics["update/rows_left_out"] == 8 and metrics["loss/total"] == 0.0
+    assert "entropy/mean" not in metrics and "cov/logp_advantage" not in metrics
+
+
+def test_leaving_out_groups_is_refused_where_their_gradient_is_not_zero(small_cfg):
+    small_cfg.algo.skip_zero_advantage_groups = True
+    assert any("algo.skip_zero_advantage_groups" in p for p in small_cfg.algo.problems())  # beta = 0.04
+    small_cfg.algo.kl.beta = 0.0
+    assert small_cfg.algo.problems() == []
+    small_cfg.algo.entropy_control.name = "kl_cov"
+    assert any("kl_cov" in p for p in small_cfg.algo.problems())
