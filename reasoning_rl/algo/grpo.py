@@ -50,7 +50,7 @@ from reasoning_rl.algo.groups import (
 from reasoning_rl.algo.grpo_config import GRPOConfig
 from reasoning_rl.algo.losses import grpo_loss
 from reasoning_rl.algo.mismatch import MismatchStats, behaviour_rows, staleness_metrics
-from reasoning_rl.algo.optim import build_optimizer, fill_missing_gradients, step_optimizer
+from reasoning_rl.algo.optim import build_optimizer, step_optimizer, zero_loss
 from reasoning_rl.algo.reference import frozen_reference, reset_reference
 from reasoning_rl.algo.registry import register_algorithm
 from reasoning_rl.algo.token_stats import TokenStats
@@ -263,9 +263,9 @@ class GRPO(Algorithm):
                 cov.add("logp", logp, mask)
                 cov.add("adv", adv, mask)
                 cov.add("logp_adv", logp.detach() * adv, mask)
+            if n == 0:  # every group left out: AdamW (and fp16's loss scaler) step on a gradient of exactly 0
+                self.precision.backward(zero_loss(params))
             t_optimizer = time.perf_counter()
-            if a.skip_zero_advantage_groups:
-                fill_missing_gradients(params)  # a step whose rows were all left out steps on a zero gradient
             totals["grad_norm"] += step_optimizer(self.optimizer, params, a.max_grad_norm, self.precision)
             self.scheduler.step()
             seconds["policy"] += t_optimizer - t_policy

@@ -66,14 +66,12 @@ def clip_and_measure(params: list[torch.nn.Parameter], max_norm: float,
     return float(torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params if p.grad is not None)))
 
 
-def fill_missing_gradients(params: Iterable[torch.nn.Parameter]) -> None:
-    """A zero gradient for each trainable parameter that no backward pass reached this step (every row of
-    the batch was left out: ``reasoning_rl.algo.batch.rows_with_gradient``). AdamW then steps exactly as on a
-    zero gradient (its moments decay, weight decay applies) instead of skipping the parameter, and every
-    rank all-reduces the same tensors."""
-    for p in params:
-        if p.requires_grad and p.grad is None:
-            p.grad = torch.zeros_like(p)
+def zero_loss(params: Iterable[torch.nn.Parameter]) -> torch.Tensor:
+    """0 * sum_p sum(p): its backward gives each trainable parameter a gradient of exactly 0. A step whose
+    rows were all left out (``reasoning_rl.algo.batch.rows_with_gradient``) runs it, so AdamW steps as on a
+    zero gradient (its moments decay, weight decay applies) instead of skipping parameters without one,
+    fp16's loss scaler sees a backward, and every rank all-reduces the same tensors."""
+    return sum((p.sum() * 0.0 for p in params if p.requires_grad), torch.zeros(()))
 
 
 def step_optimizer(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], max_norm: float,

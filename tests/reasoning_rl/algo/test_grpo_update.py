@@ -6,6 +6,7 @@ import copy
 import pytest
 import torch
 
+from reasoning_rl.policy.precision import MixedPrecision
 from reasoning_rl.trainer import Trainer
 from tests.conftest import assert_close_up_to_rounding, decoder_terms
 from tests.reasoning_rl.conftest import assert_runs_train_alike
@@ -185,6 +186,26 @@ def test_a_step_with_every_group_left_out_still_steps_adamw(small_cfg, tmp_path)
         assert_close_up_to_rounding(after[True][name], after[False][name], terms=terms, msg=f"param {name}")
     assert metrics["update/rows_left_out"] == 8 and metrics["loss/total"] == 0.0
     assert "entropy/mean" not in metrics and "cov/logp_advantage" not in metrics
+
+
+def test_an_all_flat_first_step_under_fp16_loss_scaling(small_cfg, tmp_path):
+    """fp16's loss scaler refuses to unscale before any backward; a first step with every group left out
+    still runs one (of a zero loss), so it steps, and the weights stay where they were (Adam on g = 0)."""
+    small_cfg.algo.kl.beta = 0.0
+    small_cfg.algo.skip_zero_advantage_groups = True
+    small_cfg.evaluation.enabled = False
+    trainer = Trainer(small_cfg, tmp_path / "run")
+    try:
+        trainer.algorithm.setup(None)
+        trainer.algorithm.precision = MixedPrecision("fp16", "cpu")
+        flat = trainer.algorithm.rollout(0)
+        flat.advantages = torch.zeros(len(flat.completions))
+        before = copy.deepcopy(trainer.model.state_dict())
+        metrics = trainer.algorithm.update(flat)
+        assert all(torch.equal(p, before[n]) for n, p in trainer.model.state_dict().items())
+    finally:
+        trainer.close()
+    assert metrics["grad/norm"] == 0.0 and metrics["precision/skipped_steps"] == 0
 
 
 def test_leaving_out_groups_is_refused_where_their_gradient_is_not_zero(small_cfg):
