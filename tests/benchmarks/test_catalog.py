@@ -111,3 +111,15 @@ def test_the_grade_school_transfer_sets_share_no_problem_with_gsm8k_train(shared
     for name in ("svamp", "asdiv", "mawps"):
         problems = load_problems(get_benchmark(name), data_dir=shared_data_dir)[0]
         assert problems and not {normal(p.prompt) for p in problems} & train, name
+
+
+@pytest.mark.parametrize("name", ["svamp_direct", "gsm8k_direct"])
+def test_direct_variants_ask_the_same_problems_for_the_number_alone(name: str, shared_data_dir: Path) -> None:
+    """The MAWPS recipe's transfer sets (docs/real_model.md): the step-by-step benchmark's problems and
+    references, with the prompt the recipe trains on."""
+    direct, _ = load_problems(get_benchmark(name), data_dir=shared_data_dir, limit=5)
+    step_by_step, _ = load_problems(get_benchmark(name.removesuffix("_direct")), data_dir=shared_data_dir, limit=5)
+    assert len(direct) == 5
+    for d, s in zip(direct, step_by_step):
+        assert d.prompt == s.prompt.removesuffix(SUFFIX) + "\nAnswer with only the final number."
+        assert d.reference == s.reference
