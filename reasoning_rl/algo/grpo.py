@@ -197,7 +197,7 @@ class GRPO(Algorithm):
         # The one place the batch's loss denominators are computed (reasoning_rl.algo.losses): every row
         # counts in them, the ones left out below included.
         norm = LossNormalizer.for_batch(rows.lengths(), max_tokens=ctx.sampling.max_new_tokens)
-        completions, advantages, total_rows = ro.completions, ro.advantages, len(rows)
+        completions, advantages = ro.completions, ro.advantages
         if a.skip_zero_advantage_groups:  # rows whose gradient is exactly 0 need no forward or backward pass
             keep = rows_with_gradient(ro.advantages, a.group_size)
             rows, completions, advantages = rows.subset(keep), [completions[i] for i in keep], advantages[keep]
@@ -277,7 +277,7 @@ class GRPO(Algorithm):
         return {
             "loss/total": totals["loss"] / mu, "loss/policy": totals["policy"] / mu, **stats.means(seen_only=True),
             **({"cov/logp_advantage": c["logp_adv"] - c["logp"] * c["adv"]} if c else {}),
-            **({"update/rows_left_out": float(total_rows - n)} if a.skip_zero_advantage_groups else {}),
+            **({"update/rows_left_out": float(len(ro.completions) - n)} if a.skip_zero_advantage_groups else {}),
             "grad/norm": totals["grad_norm"] / mu, "lr": self.scheduler.get_last_lr()[0],
             "time/frozen_logprobs": seconds["logprobs"], "time/policy": seconds["policy"],
             "time/optimizer": seconds["optimizer"], **self.precision.metrics(), **mismatch.metrics(),
