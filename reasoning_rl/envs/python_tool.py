@@ -38,6 +38,25 @@ _BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
 _OBSERVATION = re.compile(re.escape(STOP) + r"(\n.*?\n```(?:\n|$))", re.DOTALL)
 """What :meth:`PythonTool.step` appends after the stop marker: a newline, the output, the closing fence."""
 
+
+def without_sandbox_frames(stderr: str) -> str:
+    """``stderr`` with the sandbox's own frame (its candidate runner) taken out of tracebacks: its
+    ``  File ".../inside/candidate.py", ...`` line and the lines under it that Python indents further
+    (the source line and its ``^^^`` markers, printed where the runner's source can be read: without
+    bubblewrap, not inside it). The program's own frames and the error stay."""
+    kept: list[str] = []
+    in_sandbox_frame = False
+    for line in stderr.splitlines(keepends=True):
+        if _SANDBOX_FRAME.match(line):
+            in_sandbox_frame = True
+            continue
+        if in_sandbox_frame and line.startswith("    "):
+            continue
+        in_sandbox_frame = False
+        kept.append(line)
+    return "".join(kept)
+
+
 _sandboxes: dict[str | None, Any] = {}
 _lock = threading.Lock()
 
@@ -120,9 +139,6 @@ class PythonTool(Environment):
         result = box.execute(StdioTests(cases=(("", ""),), case_timeout=self.timeout).job(code, self.timeout, {}))
         if result.status == "timeout":
             return f"TimeoutError: the program ran past {self.timeout:g} s and was killed", "timeout"
-        # The sandbox's own frame (its candidate runner) is not the program's: dropped from tracebacks.
-        stderr = "".join(line for line in result.stderr.splitlines(keepends=True)
-                         if not _SANDBOX_FRAME.match(line))
-        text = (result.stdout + stderr).rstrip("\n")
+        text = (result.stdout + without_sandbox_frames(result.stderr)).rstrip("\n")
         exit_code = result.cases[0].get("exit") if result.cases else None
         return text, "ok" if exit_code == 0 and result.status != "error" else "error"

@@ -18,7 +18,7 @@ from reasoning_rl.envs import (
     unregister_environment,
 )
 from reasoning_rl.envs import registry as reg
-from reasoning_rl.envs.python_tool import PythonTool, last_python_block, truncate
+from reasoning_rl.envs.python_tool import PythonTool, last_python_block, truncate, without_sandbox_frames
 from reasoning_rl.errors import UserError
 
 
@@ -91,6 +91,24 @@ def test_last_python_block(text, code):
 def test_truncate_states_the_cut():
     assert truncate("abcdef", 6) == "abcdef"
     assert truncate("abcdefgh", 3) == "abc[... 5 more characters cut]"
+
+
+@pytest.mark.parametrize("runner_source", [False, True], ids=["runner source unreadable", "runner source shown"])
+def test_the_sandbox_runners_frame_leaves_the_traceback_whole(runner_source):
+    """Inside bubblewrap Python cannot read the runner's source, so its frame is one line; without it
+    (a machine with no bwrap) the source line and its markers follow. Either way only the program's
+    frames and the error are left."""
+    runner = ['  File "/tmp/x/rewards/code/sandbox/inside/candidate.py", line 132, in _run_stdio_program\n']
+    if runner_source:
+        runner += ['    exec(compile(program, "<program>", "exec"), {"__name__": "__main__"})\n',
+                   "    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"]
+    program = ['  File "<program>", line 2, in <module>\n', "    f()\n",
+               '  File "<program>", line 1, in f\n', "    def f(): return 1 / 0\n"]
+    stderr = "".join(["Traceback (most recent call last):\n", *runner, *program,
+                      "ZeroDivisionError: division by zero\n", "    indented output the program wrote\n"])
+    assert without_sandbox_frames(stderr) == "".join(["Traceback (most recent call last):\n", *program,
+                                                      "ZeroDivisionError: division by zero\n",
+                                                      "    indented output the program wrote\n"])
 
 
 def test_python_tool_runs_the_block_in_the_sandbox():
